@@ -1,0 +1,31 @@
+# Two commands for a fresh Debian machine with Python 3.11: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup system run test bench clean
+
+setup: system $(STAMP)
+
+system:
+	@bash scripts/system-deps.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/penumbra eval --query "$$(cat examples/seismic/query.pq)" \
+	    --streams examples/seismic/streams.json --events examples/seismic/events.jsonl
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/kernels.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis bench/out

@@ -1,0 +1,342 @@
+"""Events and stream parameters, and their JSON codec (DESIGN.md, "Public contracts").
+
+An event is one JSON object (one per line in ``.jsonl`` files, the same shape over
+REST and in Redis)::
+
+    {"stream": "seismic", "id": "s-17", "ts": {"lo": 100.0, "hi": 120.0},
+     "attrs": {"region": "north", "value": 97.5}}
+
+Bad input raises :class:`~penumbra.errors.ValidationError` naming the field; reading a
+batch keeps every valid event and reports each rejected one with its line.
+
+>>> streams = parse_streams({"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40],
+...                                                    "probs": [0.1, 0.3, 0.6]}}}})
+>>> e = parse_event({"stream": "seismic", "id": "a1", "ts": {"detected": 60, "template": "s1"}},
+...                 streams)
+>>> e.histogram.edges.tolist(), e.template
+([20.0, 40.0, 50.0, 60.0], 's1')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Iterator, Mapping
+
+from .errors import ValidationError
+from .timestamps import Histogram, Interval, finite_number
+
+__all__ = [
+    "Event", "Rejected", "StreamParams", "Streams",
+    "parse_event", "parse_event_line", "read_events", "load_events",
+    "parse_streams", "load_streams", "event_to_json",
+]
+
+MAX_ID_LENGTH = 256
+MAX_ATTRS = 64
+MAX_STRING_LENGTH = 4096
+MAX_LINE_BYTES = 1 << 20
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}\Z")
+
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event. ``ts`` is a :class:`Histogram` or an :class:`Interval`; ``template`` and
+    ``detected`` are kept when the timestamp was resolved from a stream template."""
+
+    stream: str
+    id: str
+    ts: Histogram | Interval
+    attrs: Mapping[str, Scalar] = field(default_factory=dict)
+    template: str | None = None
+    detected: float | None = None
+
+    @property
+    def histogram(self) -> Histogram:
+        """The continuous reading of the timestamp (what joins use)."""
+        if isinstance(self.ts, Histogram):
+            return self.ts
+        try:
+            return self.ts.as_histogram()
+        except ValidationError as error:
+            raise error.within("ts") from None
+
+
+@dataclass(frozen=True)
+class StreamParams:
+    """Parameters of one stream (PTJoin, Definitions 4-6).
+
+    ``templates`` are the template histograms phi (Definition 4); ``max_delay`` is D, the
+    longest transmission delay (Definition 6); ``pi`` / ``rho`` the longest / shortest
+    timestamp length (Definition 5), derived from the templates unless declared;
+    ``miss_prob`` the probability that an event of the stream is lost (AYAC's epsilon).
+    """
+
+    name: str
+    templates: Mapping[str, Histogram] = field(default_factory=dict)
+    max_delay: float = 0.0
+    pi: float | None = None
+    rho: float | None = None
+    miss_prob: float = 0.0
+
+
+class Streams(Mapping[str, StreamParams]):
+    """Stream parameters keyed by stream name; names match case-insensitively, as in queries."""
+
+    def __init__(self, params: Iterable[StreamParams] = ()):
+        self._by_key: dict[str, StreamParams] = {}
+        for p in params:
+            key = p.name.casefold()
+            if key in self._by_key:
+                raise ValidationError(p.name, f"stream named twice (names are case-insensitive): "
+                                      f"{self._by_key[key].name!r} and {p.name!r}")
+            self._by_key[key] = p
+
+    def __getitem__(self, name: str) -> StreamParams:
+        return self._by_key[name.casefold()]
+
+    def __iter__(self) -> Iterator[str]:
+        return (p.name for p in self._by_key.values())
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get_or_default(self, name: str) -> StreamParams:
+        """The stream's parameters, or the defaults for a stream with none declared."""
+        return self._by_key.get(name.casefold()) or StreamParams(name)
+
+    def to_json(self) -> dict:
+        out = {}
+        for p in self._by_key.values():
+            entry: dict[str, Any] = {"max_delay": p.max_delay}
+            if p.templates:
+                entry["templates"] = {k: h.to_json() for k, h in p.templates.items()}
+            for key in ("pi", "rho"):
+                if getattr(p, key) is not None:
+                    entry[key] = getattr(p, key)
+            if p.miss_prob:
+                entry["miss_prob"] = p.miss_prob
+            out[p.name] = entry
+        return out
+
+
+class Rejected(tuple):
+    """A rejected input line: ``(line, error, raw)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, line: int, error: ValidationError, raw: str):
+        return super().__new__(cls, (line, error, raw))
+
+    line = property(lambda self: self[0])
+    error = property(lambda self: self[1])
+    raw = property(lambda self: self[2])
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.error}"
+
+
+# --- decoding -------------------------------------------------------------------------
+
+def _expect_object(value: Any, field_name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(field_name, f"must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "number", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _reject_unknown(obj: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ValidationError(f"{prefix}{unknown[0]}",
+                              f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+
+
+def _name(value: Any, field_name: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field_name, f"must be a string, got {_json_type(value)}")
+    if not _NAME.match(value):
+        raise ValidationError(field_name, f"must be a name of letters, digits, '_', '.', '-' "
+                              f"starting with a letter or '_' (at most 128), got {value!r}")
+    return value
+
+
+def _timestamp(value: Any, params: StreamParams | None) -> tuple[Histogram | Interval, str | None, float | None]:
+    ts = _expect_object(value, "ts")
+    keys = set(ts)
+    try:
+        if keys <= {"lo", "hi", "pmf"} and {"lo", "hi"} <= keys:
+            return Interval(ts["lo"], ts["hi"], ts.get("pmf")), None, None
+        if keys == {"edges", "probs"}:
+            return Histogram(ts["edges"], ts["probs"]), None, None
+        if keys == {"detected", "template"}:
+            name = ts["template"]
+            if not isinstance(name, str):
+                raise ValidationError("template", f"must be a string, got {_json_type(name)}")
+            templates = params.templates if params else {}
+            if name not in templates:
+                known = ", ".join(sorted(templates)) or "none declared"
+                stream = params.name if params else "this stream"
+                raise ValidationError("template", f"unknown template {name!r} for stream "
+                                      f"{stream!r} (known: {known})")
+            detected = finite_number(ts["detected"], "detected")
+            return Histogram.from_template(templates[name], detected), name, detected
+    except ValidationError as error:
+        raise error.within("ts") from None
+    raise ValidationError("ts", "must be one of {lo, hi[, pmf]}, {edges, probs} or "
+                          f"{{detected, template}}; got fields {sorted(keys)}")
+
+
+def _attrs(value: Any) -> dict[str, Scalar]:
+    attrs = _expect_object(value, "attrs")
+    if len(attrs) > MAX_ATTRS:
+        raise ValidationError("attrs", f"too many attributes: {len(attrs)}, at most {MAX_ATTRS}")
+    out: dict[str, Scalar] = {}
+    for key, item in attrs.items():
+        where = f"attrs.{key}"
+        _name(key, where)
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValidationError(where, f"must be finite, got {item!r}")
+        if isinstance(item, str) and len(item) > MAX_STRING_LENGTH:
+            raise ValidationError(where, f"string too long: {len(item)}, at most {MAX_STRING_LENGTH}")
+        if item is not None and not isinstance(item, (str, int, float, bool)):
+            raise ValidationError(where, f"must be a string, number, boolean or null, "
+                                  f"got {_json_type(item)}")
+        out[key] = item
+    return out
+
+
+def parse_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None = None) -> Event:
+    """Decode and validate one event object; template timestamps are resolved with ``streams``."""
+    obj = _expect_object(obj, "")
+    _reject_unknown(obj, {"stream", "id", "ts", "attrs"}, "")
+    for required in ("stream", "id", "ts"):
+        if required not in obj:
+            raise ValidationError(required, "missing required field")
+    stream = _name(obj["stream"], "stream")
+    event_id = obj["id"]
+    if not isinstance(event_id, str) or not event_id:
+        raise ValidationError("id", f"must be a non-empty string, got {_json_type(event_id)}")
+    if len(event_id) > MAX_ID_LENGTH:
+        raise ValidationError("id", f"too long: {len(event_id)} characters, at most {MAX_ID_LENGTH}")
+    params = None
+    if streams is not None:
+        params = streams.get_or_default(stream) if isinstance(streams, Streams) else streams.get(stream)
+    ts, template, detected = _timestamp(obj["ts"], params)
+    attrs = MappingProxyType(_attrs(obj.get("attrs", {})))
+    return Event(stream, event_id, ts, attrs, template, detected)
+
+
+def _reject_constant(name: str):
+    raise ValidationError("", f"{name} is not allowed in JSON input")
+
+
+def loads(text: str) -> Any:
+    """Strict JSON: NaN and Infinity are errors, not floats."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise ValidationError("", f"invalid JSON at column {error.colno}: {error.msg}") from None
+
+
+def parse_event_line(line: str, streams: Streams | None = None) -> Event:
+    if len(line.encode()) > MAX_LINE_BYTES:
+        raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
+    return parse_event(loads(line), streams)
+
+
+def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
+    """Decode a JSON-lines batch: every valid event, and every rejected line with its reason.
+
+    Blank lines are skipped. An ``id`` seen twice in one stream is rejected the second time.
+    """
+    events: list[Event] = []
+    rejected: list[Rejected] = []
+    seen: set[tuple[str, str]] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = parse_event_line(line, streams)
+            key = (event.stream.casefold(), event.id)
+            if key in seen:
+                raise ValidationError("id", f"duplicate id {event.id!r} in stream {event.stream!r}")
+            seen.add(key)
+            events.append(event)
+        except ValidationError as error:
+            rejected.append(Rejected(number, error, line.rstrip("\n")))
+    return events, rejected
+
+
+def load_events(path: str | Path, streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
+    with open(path, encoding="utf-8") as handle:
+        return read_events(handle, streams)
+
+
+def event_to_json(event: Event) -> dict:
+    """The event in the contract's JSON shape (a template timestamp stays a template)."""
+    if event.template is not None:
+        ts = {"detected": event.detected, "template": event.template}
+    else:
+        ts = event.ts.to_json()
+    return {"stream": event.stream, "id": event.id, "ts": ts, "attrs": dict(event.attrs)}
+
+
+def _non_negative(value: Any, field_name: str) -> float:
+    number = finite_number(value, field_name)
+    if number < 0:
+        raise ValidationError(field_name, f"must be >= 0, got {number!r}")
+    return number
+
+
+def _stream_params(name: str, value: Any) -> StreamParams:
+    spec = _expect_object(value, name)
+    _reject_unknown(spec, {"templates", "max_delay", "pi", "rho", "miss_prob"}, name)
+    templates: dict[str, Histogram] = {}
+    for key, template in _expect_object(spec.get("templates", {}), f"{name}.templates").items():
+        where = f"{name}.templates.{key}"
+        _name(key, where)
+        body = _expect_object(template, where)
+        _reject_unknown(body, {"edges", "probs"}, where)
+        if set(body) != {"edges", "probs"}:
+            raise ValidationError(where, "a template needs both edges and probs")
+        try:
+            templates[key] = Histogram(body["edges"], body["probs"])
+        except ValidationError as error:
+            raise error.within(where) from None
+    max_delay = _non_negative(spec.get("max_delay", 0.0), f"{name}.max_delay")
+    lengths = [h.length for h in templates.values()]
+    pi = _non_negative(spec["pi"], f"{name}.pi") if "pi" in spec else (max(lengths) if lengths else None)
+    rho = _non_negative(spec["rho"], f"{name}.rho") if "rho" in spec else (min(lengths) if lengths else None)
+    if lengths and pi < max(lengths):
+        raise ValidationError(f"{name}.pi", f"{pi!r} is shorter than the longest template ({max(lengths)!r})")
+    if lengths and rho > min(lengths):
+        raise ValidationError(f"{name}.rho", f"{rho!r} is longer than the shortest template ({min(lengths)!r})")
+    if pi is not None and rho is not None and rho > pi:
+        raise ValidationError(f"{name}.rho", f"must be <= pi, got rho={rho!r}, pi={pi!r}")
+    miss_prob = _non_negative(spec.get("miss_prob", 0.0), f"{name}.miss_prob")
+    if miss_prob >= 1:
+        raise ValidationError(f"{name}.miss_prob", f"must be < 1, got {miss_prob!r}")
+    return StreamParams(name, MappingProxyType(templates), max_delay, pi, rho, miss_prob)
+
+
+def parse_streams(obj: Any) -> Streams:
+    """Decode and validate the stream-parameter object keyed by stream name."""
+    spec = _expect_object(obj, "streams")
+    return Streams(_stream_params(_name(name, name), value) for name, value in spec.items())
+
+
+def load_streams(path: str | Path) -> Streams:
+    with open(path, encoding="utf-8") as handle:
+        return parse_streams(loads(handle.read()))

@@ -1,0 +1,12 @@
+"""The Penumbra query language: one lark grammar, errors with line and column.
+
+>>> q = parse("SELECT * FROM SEISMIC A, ACOUSTIC B WHERE WINDOW(A, B) = 2000 WITH THRESHOLD 0.6")
+>>> q.kind, q.window, q.threshold
+('join', 2000.0, 0.6)
+"""
+
+from .errors import QueryError
+from .join import JOIN_STRATEGIES, JoinQuery, Source
+from .parser import parse, parse_expression
+
+__all__ = ["JOIN_STRATEGIES", "JoinQuery", "QueryError", "Source", "parse", "parse_expression"]

@@ -1,0 +1,260 @@
+"""Expression trees of the query language, shared by every query form.
+
+Nodes keep the ``line`` and ``column`` where they start, so a later check (an unknown
+variable, a wrong type) can point at the text. :func:`evaluate` gives an expression's
+value for one binding of variables to events' attributes; a missing attribute or a
+comparison of incompatible values is ``None``, and ``None`` is false in a condition.
+
+>>> from penumbra.query import parse_expression
+>>> evaluate(parse_expression("a.value > 95 AND a.node = b.node"),
+...          {"a": {"value": 97, "node": "n1"}, "b": {"node": "n1"}})
+True
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from lark import Token, Transformer, v_args
+
+from .errors import QueryError
+
+__all__ = [
+    "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
+    "Not", "Unary", "Var", "attrs_of", "conjuncts", "evaluate", "variables_of",
+]
+
+
+@dataclass(frozen=True)
+class Expr:
+    line: int | None = field(default=None, compare=False, kw_only=True)
+    column: int | None = field(default=None, compare=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: Any
+
+
+@dataclass(frozen=True)
+class Attr(Expr):
+    """``var.name``: attribute ``name`` of the event bound to ``var``."""
+
+    var: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Var(Expr):
+    """A bare variable name, as in ``WINDOW(A, B)`` or ``skip_till_any_match(a, b, c)``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class BinOp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Compare(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Bool(Expr):
+    """``AND`` / ``OR`` of two or more operands."""
+
+    op: str
+    operands: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Not(Expr):
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """``name(args)``; the query form decides what a call means (e.g. a selection strategy)."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Duration(Expr):
+    """``WITHIN 15 s``: a number and an optional unit as written."""
+
+    value: float
+    unit: str | None
+
+    SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
+               "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+               "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+               "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
+
+    def seconds(self) -> float:
+        """The duration in seconds (a bare number counts as seconds)."""
+        return self.value * self.SECONDS[(self.unit or "s").lower()]
+
+
+def _pos(meta) -> dict[str, int | None]:
+    return {"line": getattr(meta, "line", None), "column": getattr(meta, "column", None)}
+
+
+def _number(token: Token) -> int | float:
+    text = str(token)
+    return int(text) if text.isdigit() else float(text)
+
+
+@v_args(meta=True)
+class ExprBuilder(Transformer):
+    """Builds :mod:`ast` nodes from the rules of ``common.lark``."""
+
+    def number(self, meta, children):
+        return Const(_number(children[0]), **_pos(meta))
+
+    def string(self, meta, children):
+        return Const(str(children[0])[1:-1], **_pos(meta))
+
+    def true(self, meta, children):
+        return Const(True, **_pos(meta))
+
+    def false(self, meta, children):
+        return Const(False, **_pos(meta))
+
+    def attr(self, meta, children):
+        return Attr(str(children[0]), str(children[1]), **_pos(meta))
+
+    def var(self, meta, children):
+        return Var(str(children[0]), **_pos(meta))
+
+    def call(self, meta, children):
+        args = tuple(c for c in children[1:] if c is not None)
+        return Call(str(children[0]), args, **_pos(meta))
+
+    def unary(self, meta, children):
+        op, operand = children
+        if isinstance(operand, Const) and isinstance(operand.value, (int, float)) \
+                and not isinstance(operand.value, bool):
+            return Const(-operand.value if op == "-" else operand.value, **_pos(meta))
+        return Unary(str(op), operand, **_pos(meta))
+
+    def binop(self, meta, children):
+        left, op, right = children
+        return BinOp(str(op), left, right, **_pos(meta))
+
+    def compare(self, meta, children):
+        left, op, right = children
+        op = {"==": "=", "<>": "!="}.get(str(op), str(op))
+        return Compare(op, left, right, **_pos(meta))
+
+    def _bool(self, op, meta, children):
+        operands: list[Expr] = []
+        for child in children:
+            operands.extend(child.operands if isinstance(child, Bool) and child.op == op else [child])
+        return Bool(op, tuple(operands), **_pos(meta))
+
+    def and_(self, meta, children):
+        return self._bool("and", meta, children)
+
+    def or_(self, meta, children):
+        return self._bool("or", meta, children)
+
+    def not_(self, meta, children):
+        return Not(children[0], **_pos(meta))
+
+    def duration(self, meta, children):
+        value, unit = children
+        return Duration(float(value), str(unit).lower() if unit is not None else None, **_pos(meta))
+
+
+def conjuncts(expr: Expr | None) -> list[Expr]:
+    """The top-level ``AND`` operands of ``expr`` (``[]`` for no condition)."""
+    if expr is None:
+        return []
+    return list(expr.operands) if isinstance(expr, Bool) and expr.op == "and" else [expr]
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, (Unary, Not)):
+        return (expr.operand,)
+    if isinstance(expr, (BinOp, Compare)):
+        return (expr.left, expr.right)
+    if isinstance(expr, (Bool, Call)):
+        return expr.operands if isinstance(expr, Bool) else expr.args
+    return ()
+
+
+def attrs_of(expr: Expr) -> list[Attr]:
+    """Every attribute reference in ``expr``, in reading order."""
+    if isinstance(expr, Attr):
+        return [expr]
+    return [a for child in _children(expr) for a in attrs_of(child)]
+
+
+def variables_of(expr: Expr) -> set[str]:
+    return {a.var for a in attrs_of(expr)}
+
+
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+               "/": operator.truediv, "%": operator.mod}
+_COMPARISON = {"=": operator.eq, "!=": operator.ne, "<": operator.lt,
+               "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def evaluate(expr: Expr, bindings: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The value of ``expr`` with each variable bound to an event's attributes.
+
+    Unknown attributes, arithmetic on non-numbers, division by zero and ordering of
+    values of different types give ``None``; ``None`` in ``AND``/``OR``/``NOT`` is false.
+    """
+    if isinstance(expr, Const):
+        return expr.value
+    if isinstance(expr, Attr):
+        return bindings.get(expr.var, {}).get(expr.name)
+    if isinstance(expr, Bool):
+        values = (evaluate(e, bindings) is True for e in expr.operands)
+        return all(values) if expr.op == "and" else any(values)
+    if isinstance(expr, Not):
+        return evaluate(expr.operand, bindings) is not True
+    if isinstance(expr, Unary):
+        value = evaluate(expr.operand, bindings)
+        return (-value if expr.op == "-" else value) if _is_number(value) else None
+    if isinstance(expr, BinOp):
+        left, right = evaluate(expr.left, bindings), evaluate(expr.right, bindings)
+        if expr.op == "+" and isinstance(left, str) and isinstance(right, str):
+            return left + right
+        if not (_is_number(left) and _is_number(right)):
+            return None
+        try:
+            return _ARITHMETIC[expr.op](left, right)
+        except ZeroDivisionError:
+            return None
+    if isinstance(expr, Compare):
+        left, right = evaluate(expr.left, bindings), evaluate(expr.right, bindings)
+        if left is None or right is None:
+            return None
+        if expr.op in ("=", "!="):
+            return _COMPARISON[expr.op](left, right)
+        if _is_number(left) and _is_number(right) or (isinstance(left, str) and isinstance(right, str)):
+            return _COMPARISON[expr.op](left, right)
+        return None
+    raise QueryError.at(expr, f"{type(expr).__name__} cannot be evaluated here")

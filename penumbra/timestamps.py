@@ -1,0 +1,312 @@
+"""Uncertain timestamps.
+
+Two readings of an event's occurrence time:
+
+* :class:`Histogram` -- a histogram timestamp (Definition 1 of the PTJoin paper):
+  buckets ``[e_k, e_{k+1})`` with probability ``p_k`` each, uniform inside a bucket.
+  Joins read every timestamp this way (continuous time).
+* :class:`Interval` -- ``[lo, hi]`` as written by a client. Joins read it as the
+  uniform histogram over ``[lo, hi]``; pattern and lossy queries read it on a discrete
+  grid (the instants ``lo, lo + unit, ..., hi``), uniform or weighted by ``pmf``.
+
+:class:`HistogramBlock` packs many histograms into two numpy arrays so the
+probability kernels evaluate a whole micro-batch of pairs at once.
+
+>>> h = Histogram([0, 20, 30, 40], [0.1, 0.3, 0.6])
+>>> h.shift(60 - h.hi).edges.tolist()      # Example 3: detected at 60 by sensor s1
+[20.0, 40.0, 50.0, 60.0]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import ValidationError
+
+__all__ = ["Histogram", "HistogramBlock", "Interval", "MAX_BUCKETS", "PROB_TOLERANCE"]
+
+#: Probabilities may sum to 1 within this tolerance; they are then renormalised.
+PROB_TOLERANCE = 1e-9
+#: Largest number of buckets (or grid points of a pmf) one timestamp may have.
+MAX_BUCKETS = 4096
+
+
+def finite_number(value: object, field: str) -> float:
+    """``value`` as a float; a clear error for bools, strings, NaN and infinities."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(field, f"must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValidationError(field, f"must be finite, got {value!r}")
+    return number
+
+
+def number_array(values: object, field: str, *, min_len: int = 1) -> np.ndarray:
+    """A list of finite numbers as a float64 array, checked element by element."""
+    if not isinstance(values, (list, tuple, np.ndarray)):
+        raise ValidationError(field, f"must be a list of numbers, got {type(values).__name__}")
+    if len(values) < min_len:
+        raise ValidationError(field, f"must have at least {min_len} element(s), got {len(values)}")
+    if len(values) > MAX_BUCKETS + 1:
+        raise ValidationError(field, f"too long: {len(values)} elements, at most {MAX_BUCKETS + 1}")
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        array = values.astype(np.float64, copy=True)
+        bad = np.flatnonzero(~np.isfinite(array))
+        if bad.size:
+            raise ValidationError(f"{field}[{bad[0]}]", f"must be finite, got {array[bad[0]]!r}")
+        return array
+    return np.array([finite_number(v, f"{field}[{k}]") for k, v in enumerate(values)],
+                    dtype=np.float64)
+
+
+def probability_vector(values: object, field: str) -> np.ndarray:
+    """Non-negative probabilities summing to 1 (within :data:`PROB_TOLERANCE`), renormalised."""
+    probs = number_array(values, field)
+    negative = np.flatnonzero(probs < 0)
+    if negative.size:
+        raise ValidationError(f"{field}[{negative[0]}]",
+                              f"probabilities must be >= 0, got {probs[negative[0]]!r}")
+    total = math.fsum(probs.tolist())
+    if abs(total - 1.0) > PROB_TOLERANCE:
+        raise ValidationError(field, f"must sum to 1 (within {PROB_TOLERANCE:g}), sums to {total!r}")
+    return probs / total
+
+
+class Histogram:
+    """A histogram timestamp ``H = ((I_1, p_1), ..., (I_n, p_n))`` (PTJoin, Definition 1).
+
+    ``edges`` are the ``n + 1`` strictly increasing bucket bounds, ``probs`` the ``n``
+    bucket probabilities. Immutable; arrays are read-only.
+
+    >>> Histogram.uniform(100, 120).cdf(105)
+    0.25
+    """
+
+    __slots__ = ("edges", "probs")
+
+    def __init__(self, edges: Sequence[float] | np.ndarray, probs: Sequence[float] | np.ndarray):
+        edges = number_array(edges, "edges", min_len=2)
+        if len(edges) > MAX_BUCKETS + 1:
+            raise ValidationError("edges", f"too many buckets: {len(edges) - 1}, at most {MAX_BUCKETS}")
+        steps = np.diff(edges)
+        flat = np.flatnonzero(steps <= 0)
+        if flat.size:
+            k = flat[0] + 1
+            raise ValidationError(f"edges[{k}]", f"edges must be strictly increasing, "
+                                  f"got {edges[k]!r} after {edges[k - 1]!r}")
+        probs = probability_vector(probs, "probs")
+        if len(probs) != len(edges) - 1:
+            raise ValidationError("probs", f"needs one probability per bucket: "
+                                  f"{len(edges) - 1} bucket(s), {len(probs)} probabilities")
+        edges.flags.writeable = False
+        probs.flags.writeable = False
+        self.edges = edges
+        self.probs = probs
+
+    @classmethod
+    def uniform(cls, lo: float, hi: float) -> Histogram:
+        """The uniform distribution over ``[lo, hi]`` (an interval timestamp), ``lo < hi``."""
+        lo = finite_number(lo, "lo")
+        hi = finite_number(hi, "hi")
+        if not lo < hi:
+            raise ValidationError("hi", f"must be greater than lo for a continuous interval, "
+                                  f"got lo={lo!r}, hi={hi!r}")
+        return cls([lo, hi], [1.0])
+
+    @classmethod
+    def from_template(cls, template: Histogram, detected: float) -> Histogram:
+        """``H = phi + t - max(phi)``: the occurrence time of an event detected at ``t`` (Example 3)."""
+        return template.shift(finite_number(detected, "detected") - template.hi)
+
+    @property
+    def lo(self) -> float:
+        """``min(H)``."""
+        return float(self.edges[0])
+
+    @property
+    def hi(self) -> float:
+        """``max(H)``."""
+        return float(self.edges[-1])
+
+    @property
+    def length(self) -> float:
+        """``len(H) = max(H) - min(H)``."""
+        return self.hi - self.lo
+
+    @property
+    def buckets(self) -> int:
+        """``|H|``, the number of buckets."""
+        return len(self.probs)
+
+    def shift(self, x: float) -> Histogram:
+        """``H + x``."""
+        shifted = Histogram.__new__(Histogram)
+        edges = self.edges + float(x)
+        edges.flags.writeable = False
+        shifted.edges = edges
+        shifted.probs = self.probs
+        return shifted
+
+    def cdf(self, t):
+        """``P(X <= t)``, piecewise linear; ``t`` may be a scalar or an array."""
+        cumulative = np.concatenate(([0.0], np.cumsum(self.probs)))
+        cumulative[-1] = 1.0
+        value = np.interp(t, self.edges, cumulative)
+        return float(value) if np.ndim(value) == 0 else value
+
+    def mean(self) -> float:
+        """``E[X]``."""
+        return float(np.dot(self.probs, (self.edges[:-1] + self.edges[1:]) / 2))
+
+    def to_json(self) -> dict:
+        return {"edges": self.edges.tolist(), "probs": self.probs.tolist()}
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Histogram) and np.array_equal(self.edges, other.edges)
+                and np.array_equal(self.probs, other.probs))
+
+    def __hash__(self) -> int:
+        return hash((self.edges.tobytes(), self.probs.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"Histogram(edges={self.edges.tolist()}, probs={self.probs.tolist()})"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``{"lo": a, "hi": b}`` with an optional ``pmf`` over the grid instants ``a, a+1, ..., b``.
+
+    ``lo == hi`` is a certain instant (on the grid); joins need ``lo < hi``.
+    """
+
+    lo: float
+    hi: float
+    pmf: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        lo = finite_number(self.lo, "lo")
+        hi = finite_number(self.hi, "hi")
+        if lo > hi:
+            raise ValidationError("hi", f"must be >= lo, got lo={lo!r}, hi={hi!r}")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+        if self.pmf is not None:
+            span = hi - lo
+            if span != round(span):
+                raise ValidationError("pmf", f"needs an integral hi - lo (one weight per unit "
+                                      f"instant), got hi - lo = {span!r}")
+            if span + 1 > MAX_BUCKETS:
+                raise ValidationError("pmf", f"too long: {int(span) + 1} instants, at most {MAX_BUCKETS}")
+            weights = probability_vector(self.pmf, "pmf")
+            if len(weights) != int(span) + 1:
+                raise ValidationError("pmf", f"needs hi - lo + 1 = {int(span) + 1} weights, "
+                                      f"got {len(weights)}")
+            object.__setattr__(self, "pmf", tuple(weights.tolist()))
+
+    @property
+    def length(self) -> float:
+        return self.hi - self.lo
+
+    def as_histogram(self) -> Histogram:
+        """The continuous reading: uniform over ``[lo, hi]``."""
+        if self.pmf is not None:
+            raise ValidationError("pmf", "a weighted interval is read on a discrete grid only; "
+                                  "give a join an edges/probs histogram instead")
+        return Histogram.uniform(self.lo, self.hi)
+
+    def grid(self, unit: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """The discrete reading: instants ``lo, lo + unit, ..., hi`` and their probabilities."""
+        steps = self.length / unit
+        if abs(steps - round(steps)) > 1e-9 * max(1.0, steps):
+            raise ValidationError("hi", f"hi - lo = {self.length!r} is not a multiple of the "
+                                  f"time unit {unit!r}")
+        count = int(round(steps)) + 1
+        if count > MAX_BUCKETS:
+            raise ValidationError("hi", f"too many instants on the grid: {count}, at most {MAX_BUCKETS}")
+        if self.pmf is not None:
+            if unit != 1.0:
+                raise ValidationError("pmf", f"weights are per unit instant; the query's time "
+                                      f"unit is {unit!r}")
+            weights = np.array(self.pmf)
+        else:
+            weights = np.full(count, 1.0 / count)
+        return self.lo + unit * np.arange(count), weights
+
+    def to_json(self) -> dict:
+        out = {"lo": self.lo, "hi": self.hi}
+        if self.pmf is not None:
+            out["pmf"] = list(self.pmf)
+        return out
+
+
+class HistogramBlock:
+    """Many histogram timestamps as arrays: ``edges`` (N, K+1) and ``probs`` (N, K).
+
+    Histograms with fewer than K buckets are padded with zero-width, zero-probability
+    buckets at their max, which change no probability. Rows broadcast in the kernels,
+    so a block of one row can be paired with a block of N rows.
+    """
+
+    __slots__ = ("edges", "probs")
+
+    def __init__(self, edges: np.ndarray, probs: np.ndarray):
+        self.edges = np.asarray(edges, dtype=np.float64)
+        self.probs = np.asarray(probs, dtype=np.float64)
+        if self.edges.ndim != 2 or self.probs.ndim != 2 or \
+                self.edges.shape != (self.probs.shape[0], self.probs.shape[1] + 1):
+            raise ValueError(f"edges {self.edges.shape} and probs {self.probs.shape} "
+                             f"are not (N, K+1) and (N, K)")
+
+    @classmethod
+    def from_histograms(cls, histograms: Iterable[Histogram], buckets: int | None = None) -> HistogramBlock:
+        histograms = list(histograms)
+        width = max([h.buckets for h in histograms] + [buckets or 1])
+        edges = np.empty((len(histograms), width + 1))
+        probs = np.zeros((len(histograms), width))
+        for row, h in enumerate(histograms):
+            n = h.buckets
+            edges[row, : n + 1] = h.edges
+            edges[row, n + 1:] = h.edges[-1]
+            probs[row, :n] = h.probs
+        return cls(edges, probs)
+
+    @classmethod
+    def uniform(cls, lo: np.ndarray, hi: np.ndarray) -> HistogramBlock:
+        """A block of interval timestamps, uniform over ``[lo_r, hi_r]``."""
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = np.asarray(hi, dtype=np.float64)
+        return cls(np.stack([lo, hi], axis=1), np.ones((lo.shape[0], 1)))
+
+    def __len__(self) -> int:
+        return self.edges.shape[0]
+
+    @property
+    def buckets(self) -> int:
+        return self.probs.shape[1]
+
+    @property
+    def lo(self) -> np.ndarray:
+        return self.edges[:, 0]
+
+    @property
+    def hi(self) -> np.ndarray:
+        return self.edges[:, -1]
+
+    def shift(self, x) -> HistogramBlock:
+        """Every row shifted by ``x`` (a scalar or one value per row)."""
+        return HistogramBlock(self.edges + np.reshape(x, (-1, 1)) if np.ndim(x) else self.edges + x,
+                              self.probs)
+
+    def take(self, rows) -> HistogramBlock:
+        return HistogramBlock(self.edges[rows], self.probs[rows])
+
+    def histogram(self, row: int) -> Histogram:
+        """Row ``row`` as a :class:`Histogram`, padding removed."""
+        keep = np.concatenate(([True], np.diff(self.edges[row]) > 0))
+        edges = self.edges[row][keep]
+        probs = self.probs[row][keep[1:]]
+        return Histogram(edges, probs / probs.sum())
