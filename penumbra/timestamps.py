@@ -244,34 +244,36 @@ class Interval:
 
 
 class HistogramBlock:
-    """Many histogram timestamps as arrays: ``edges`` (N, K+1) and ``probs`` (N, K).
+    """Many histogram timestamps as arrays, one column per histogram.
 
-    Histograms with fewer than K buckets are padded with zero-width, zero-probability
-    buckets at their max, which change no probability. Rows broadcast in the kernels,
-    so a block of one row can be paired with a block of N rows.
+    ``edges`` is (K+1, N) and ``probs`` (K, N): bucket-major, so the kernels work on
+    contiguous rows of N values. Histograms with fewer than K buckets are padded with
+    zero-width, zero-probability buckets at their max, which change no probability.
+    A block of one histogram pairs with a block of N in the kernels.
     """
 
-    __slots__ = ("edges", "probs")
+    __slots__ = ("edges", "probs", "_derived")
 
     def __init__(self, edges: np.ndarray, probs: np.ndarray):
-        self.edges = np.asarray(edges, dtype=np.float64)
-        self.probs = np.asarray(probs, dtype=np.float64)
+        self.edges = np.ascontiguousarray(edges, dtype=np.float64)
+        self.probs = np.ascontiguousarray(probs, dtype=np.float64)
         if self.edges.ndim != 2 or self.probs.ndim != 2 or \
-                self.edges.shape != (self.probs.shape[0], self.probs.shape[1] + 1):
+                self.edges.shape != (self.probs.shape[0] + 1, self.probs.shape[1]):
             raise ValueError(f"edges {self.edges.shape} and probs {self.probs.shape} "
-                             f"are not (N, K+1) and (N, K)")
+                             f"are not (K+1, N) and (K, N)")
+        self._derived: dict[str, np.ndarray] = {}
 
     @classmethod
     def from_histograms(cls, histograms: Iterable[Histogram], buckets: int | None = None) -> HistogramBlock:
         histograms = list(histograms)
         width = max([h.buckets for h in histograms] + [buckets or 1])
-        edges = np.empty((len(histograms), width + 1))
-        probs = np.zeros((len(histograms), width))
-        for row, h in enumerate(histograms):
+        edges = np.empty((width + 1, len(histograms)))
+        probs = np.zeros((width, len(histograms)))
+        for col, h in enumerate(histograms):
             n = h.buckets
-            edges[row, : n + 1] = h.edges
-            edges[row, n + 1:] = h.edges[-1]
-            probs[row, :n] = h.probs
+            edges[: n + 1, col] = h.edges
+            edges[n + 1:, col] = h.edges[-1]
+            probs[:n, col] = h.probs
         return cls(edges, probs)
 
     @classmethod
@@ -279,34 +281,70 @@ class HistogramBlock:
         """A block of interval timestamps, uniform over ``[lo_r, hi_r]``."""
         lo = np.asarray(lo, dtype=np.float64)
         hi = np.asarray(hi, dtype=np.float64)
-        return cls(np.stack([lo, hi], axis=1), np.ones((lo.shape[0], 1)))
+        return cls(np.stack([lo, hi]), np.ones((1, lo.shape[0])))
+
+    @classmethod
+    def concat(cls, blocks: Sequence[HistogramBlock]) -> HistogramBlock:
+        """One block of all the columns of ``blocks``, padded to the widest."""
+        width = max(b.buckets for b in blocks)
+        return cls(np.concatenate([b.padded(width).edges for b in blocks], axis=1),
+                   np.concatenate([b.padded(width).probs for b in blocks], axis=1))
+
+    def padded(self, buckets: int) -> HistogramBlock:
+        """The same histograms with ``buckets`` buckets each (padding at the max)."""
+        extra = buckets - self.buckets
+        if extra <= 0:
+            return self
+        return HistogramBlock(np.concatenate([self.edges, np.repeat(self.edges[-1:], extra, axis=0)]),
+                              np.concatenate([self.probs, np.zeros((extra, len(self)))]))
 
     def __len__(self) -> int:
-        return self.edges.shape[0]
+        return self.edges.shape[1]
 
     @property
     def buckets(self) -> int:
-        return self.probs.shape[1]
+        return self.probs.shape[0]
 
     @property
     def lo(self) -> np.ndarray:
-        return self.edges[:, 0]
+        return self.edges[0]
 
     @property
     def hi(self) -> np.ndarray:
-        return self.edges[:, -1]
+        return self.edges[-1]
 
     def shift(self, x) -> HistogramBlock:
-        """Every row shifted by ``x`` (a scalar or one value per row)."""
-        return HistogramBlock(self.edges + np.reshape(x, (-1, 1)) if np.ndim(x) else self.edges + x,
-                              self.probs)
+        """Every histogram shifted by ``x`` (a scalar or one value per histogram)."""
+        return HistogramBlock(self.edges + x, self.probs)
 
-    def take(self, rows) -> HistogramBlock:
-        return HistogramBlock(self.edges[rows], self.probs[rows])
+    def take(self, columns) -> HistogramBlock:
+        return HistogramBlock(self.edges[:, columns], self.probs[:, columns])
 
-    def histogram(self, row: int) -> Histogram:
-        """Row ``row`` as a :class:`Histogram`, padding removed."""
-        keep = np.concatenate(([True], np.diff(self.edges[row]) > 0))
-        edges = self.edges[row][keep]
-        probs = self.probs[row][keep[1:]]
-        return Histogram(edges, probs / probs.sum())
+    def histogram(self, column: int) -> Histogram:
+        """Column ``column`` as a :class:`Histogram`, padding removed."""
+        edges = self.edges[:, column]
+        keep = np.concatenate(([True], np.diff(edges) > 0))
+        probs = self.probs[keep[1:], column]
+        return Histogram(edges[keep], probs / probs.sum())
+
+    def derived(self, name: str) -> np.ndarray:
+        """Per-bucket arrays the kernels need, computed once per block: ``widths``,
+        ``half_density`` (``p / 2 len``; 0 for padding) and ``density_jumps``
+        (``dens[k-1] - dens[k]`` at each edge ``k``)."""
+        if not self._derived:
+            widths = np.diff(self.edges, axis=0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                density = np.where(widths > 0, self.probs / widths, 0.0)
+            zero = np.zeros((1, len(self)))
+            self._derived.update(widths=widths, half_density=0.5 * density,
+                                 density_jumps=-np.diff(np.concatenate([zero, density, zero]), axis=0))
+        return self._derived[name]
+
+    def columns(self, start: int, stop: int, *names: str) -> list[np.ndarray]:
+        """Columns ``start:stop`` of the named arrays; a one-histogram block repeats its column."""
+        out = []
+        for name in names:
+            values = getattr(self, name) if name in ("edges", "probs") else self.derived(name)
+            out.append(np.broadcast_to(values, (values.shape[0], stop - start)) if len(self) == 1
+                       else values[:, start:stop])
+        return out
