@@ -73,9 +73,12 @@ class StreamParams:
     """Parameters of one stream (PTJoin, Definitions 4-6).
 
     ``templates`` are the template histograms phi (Definition 4); ``max_delay`` is D, the
-    longest transmission delay (Definition 6); ``pi`` / ``rho`` the longest / shortest
-    timestamp length (Definition 5), derived from the templates unless declared;
-    ``miss_prob`` the probability that an event of the stream is lost (AYAC's epsilon).
+    longest transmission delay (Definition 6); ``pi`` / ``rho`` the declared longest /
+    shortest length of an explicit timestamp (Definition 5); ``miss_prob`` the
+    probability that an event of the stream is lost (AYAC's epsilon).
+
+    A stream that declares templates and no ``pi`` carries template timestamps only
+    (what Theorem 4's tight buffers assume); declaring ``pi`` as well admits explicit ones.
     """
 
     name: str
@@ -84,6 +87,22 @@ class StreamParams:
     pi: float | None = None
     rho: float | None = None
     miss_prob: float = 0.0
+
+    @property
+    def longest(self) -> float | None:
+        """pi: the longest timestamp the stream can carry (declared or from its templates)."""
+        lengths = [h.length for h in self.templates.values()] + ([self.pi] if self.pi is not None else [])
+        return max(lengths) if lengths else None
+
+    @property
+    def shortest(self) -> float | None:
+        """rho: the shortest timestamp the stream can carry (declared or from its templates)."""
+        lengths = [h.length for h in self.templates.values()] + ([self.rho] if self.rho is not None else [])
+        return min(lengths) if lengths else None
+
+    @property
+    def template_only(self) -> bool:
+        return bool(self.templates) and self.pi is None
 
 
 class Streams(Mapping[str, StreamParams]):
@@ -316,13 +335,8 @@ def _stream_params(name: str, value: Any) -> StreamParams:
         except ValidationError as error:
             raise error.within(where) from None
     max_delay = _non_negative(spec.get("max_delay", 0.0), f"{name}.max_delay")
-    lengths = [h.length for h in templates.values()]
-    pi = _non_negative(spec["pi"], f"{name}.pi") if "pi" in spec else (max(lengths) if lengths else None)
-    rho = _non_negative(spec["rho"], f"{name}.rho") if "rho" in spec else (min(lengths) if lengths else None)
-    if lengths and pi < max(lengths):
-        raise ValidationError(f"{name}.pi", f"{pi!r} is shorter than the longest template ({max(lengths)!r})")
-    if lengths and rho > min(lengths):
-        raise ValidationError(f"{name}.rho", f"{rho!r} is longer than the shortest template ({min(lengths)!r})")
+    pi = _non_negative(spec["pi"], f"{name}.pi") if "pi" in spec else None
+    rho = _non_negative(spec["rho"], f"{name}.rho") if "rho" in spec else None
     if pi is not None and rho is not None and rho > pi:
         raise ValidationError(f"{name}.rho", f"must be <= pi, got rho={rho!r}, pi={pi!r}")
     miss_prob = _non_negative(spec.get("miss_prob", 0.0), f"{name}.miss_prob")

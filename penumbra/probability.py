@@ -33,7 +33,7 @@ from .timestamps import Histogram, HistogramBlock
 
 __all__ = [
     "adjusted_histograms", "ge", "p_deadline", "p_delay", "p_geq", "p_geq_block",
-    "p_within", "p_within_block", "stime", "stime_table",
+    "p_within", "p_within_block", "stime", "stime_block", "stime_table",
 ]
 
 
@@ -88,62 +88,79 @@ def p_delay(h_1: Histogram, h_2: Histogram, d: float) -> float:
     return p_geq(h_2, h_1, -d)
 
 
-def stime(h_i: Histogram, h_j: Histogram, delta: float) -> float:
+def stime(h_i: Histogram, h_j: Histogram, delta: float, *, earliest: bool = False) -> float:
     """The satisfaction time ``T`` of Definition 8: ``P(H_i + max(H_j) - T >= H_j) = delta``.
 
     With ``g(x) = P(H_i - x >= H_j)`` (non-increasing in ``x``), ``T = x* + max(H_j)`` where
-    ``x*`` is the largest ``x`` with ``g(x) >= delta``. ``g`` is quadratic between the
-    configuration changes ``x = e_ik - e_jl`` (an edge of ``H_i - x`` meets one of ``H_j``):
-    a binary search finds the bounding configuration, then its quadratic is solved.
-    Where ``g`` is flat at ``delta`` (zero-probability buckets) the largest such ``T`` is
-    returned, so ``t <= stime + d`` still implies ``P(H_i + d + max(H_j) - t >= H_j) >= delta``.
+    ``x*`` is the largest ``x`` with ``g(x) >= delta``; with ``earliest=True`` it is the
+    smallest ``x`` with ``g(x) <= delta`` instead. The two differ only where ``g`` is flat at
+    ``delta`` (zero-probability buckets): Theorem 2's inequality 8 needs the latest time and
+    inequality 9 (used with ``1 - delta``) the earliest, for both to stay exact there.
+    See :func:`stime_block` for the method.
     """
-    if not 0 < delta <= 1:
-        raise ValueError(f"delta must be in (0, 1], got {delta!r}")
-    breaks = np.unique(np.subtract.outer(h_i.edges, h_j.edges).ravel())
+    return float(stime_block(HistogramBlock.from_histograms([h_i]), HistogramBlock.from_histograms([h_j]),
+                             delta, earliest=earliest)[0])
 
-    def g(x: float) -> float:
-        return ge(h_i.shift(-x), h_j)
 
-    # Largest configuration change k with g(breaks[k]) >= delta; g(breaks[0]) = 1.
-    lo, hi = 0, len(breaks) - 1
-    while hi - lo > 1:
+def stime_table(templates_i: list[Histogram], templates_j: list[Histogram], delta: float,
+                *, earliest: bool = False) -> np.ndarray:
+    """``stime(phi_u, phi_v, delta)`` for every template pair, as a (len_i, len_j) table
+    (computed once per query and threshold)."""
+    rows = np.repeat(np.arange(len(templates_i)), len(templates_j))
+    cols = np.tile(np.arange(len(templates_j)), len(templates_i))
+    times = stime_block(HistogramBlock.from_histograms(templates_i).take(rows),
+                        HistogramBlock.from_histograms(templates_j).take(cols), delta, earliest=earliest)
+    return times.reshape(len(templates_i), len(templates_j))
+
+
+def stime_block(a: HistogramBlock, b: HistogramBlock, delta: float, *, earliest: bool = False) -> np.ndarray:
+    """:func:`stime` for every pair of columns of two blocks at once.
+
+    ``g(x) = P(H_a - x >= H_b)`` is quadratic between the configuration changes
+    ``x = e_ak - e_bl`` (an edge of ``H_a - x`` meets one of ``H_b``). A binary search over
+    the sorted changes, in lockstep for all pairs, finds each pair's bounding configuration;
+    three exact evaluations of ``g`` there give its quadratic, which is then solved.
+    """
+    if not (0 <= delta < 1 if earliest else 0 < delta <= 1):
+        raise ValueError(f"delta must be in {'[0, 1)' if earliest else '(0, 1]'}, got {delta!r}")
+    pairs = max(len(a), len(b))
+    a_edges = np.broadcast_to(a.edges, (a.edges.shape[0], pairs))
+    b_edges = np.broadcast_to(b.edges, (b.edges.shape[0], pairs))
+    breaks = np.sort((a_edges[:, None, :] - b_edges[None, :, :]).reshape(-1, pairs), axis=0)
+    rows = np.arange(pairs)
+
+    def g(x: np.ndarray) -> np.ndarray:
+        return p_geq_block(a, b, -x)
+
+    # g(breaks[0]) = 1 and g(breaks[-1]) = 0: keep lo before the crossing, hi after it.
+    lo = np.zeros(pairs, dtype=np.intp)
+    hi = np.full(pairs, breaks.shape[0] - 1, dtype=np.intp)
+    while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
-        if g(breaks[mid]) >= delta:
-            lo = mid
-        else:
-            hi = mid
-    x0, x1 = float(breaks[lo]), float(breaks[hi])
-    g0, g1 = g(x0), g(x1)
-    if g1 >= delta:
-        return x1 + h_j.hi
-    if g0 <= delta:
-        return x0 + h_j.hi
-    # g(x0 + s h) = a s^2 + b s + c on s in [0, 1], through three exact points.
-    gm = g(0.5 * (x0 + x1))
-    a = 2.0 * (g1 + g0 - 2.0 * gm)
-    b = g1 - g0 - a
-    c = g0 - delta
-    s = _unit_root(a, b, c)
-    return x0 + s * (x1 - x0) + h_j.hi
+        value = g(breaks[mid, rows])
+        before = value > delta if earliest else value >= delta
+        lo = np.where(before, mid, lo)
+        hi = np.where(before, hi, mid)
+    x0, x1 = breaks[lo, rows], breaks[hi, rows]
+    g0, g1, gm = g(x0), g(x1), g(0.5 * (x0 + x1))
+    # g(x0 + s (x1 - x0)) = qa s^2 + qb s + g0 on s in [0, 1].
+    qa = 2.0 * (g1 + g0 - 2.0 * gm)
+    qb = g1 - g0 - qa
+    s = np.where(g0 <= delta, 0.0, _unit_roots(qa, qb, g0 - delta))
+    return x0 + s * (x1 - x0) + b_edges[-1]
 
 
-def _unit_root(a: float, b: float, c: float) -> float:
-    """The root in [0, 1] of ``a s^2 + b s + c``, which goes from ``c > 0`` to ``a + b + c < 0``."""
-    if abs(a) <= 1e-14 * (abs(b) + abs(c)):
-        s = -c / b
-    else:
-        disc = max(0.0, b * b - 4.0 * a * c)
-        q = -0.5 * (b + math.copysign(math.sqrt(disc), b))
-        roots = [r for r in (q / a, c / q if q else math.inf) if -1e-9 <= r <= 1 + 1e-9]
-        s = min(roots, key=lambda r: abs(a * r * r + b * r + c)) if roots else -c / b
-    return min(1.0, max(0.0, s))
-
-
-def stime_table(templates_i: list[Histogram], templates_j: list[Histogram], delta: float) -> np.ndarray:
-    """``stime(phi_u, phi_v, delta)`` for every template pair (computed once per query and threshold)."""
-    return np.array([[stime(u, v, delta) for v in templates_j] for u in templates_i]).reshape(
-        len(templates_i), len(templates_j))
+def _unit_roots(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """For each quadratic ``a s^2 + b s + c`` that goes from ``c >= 0`` at 0 to ``<= 0`` at 1,
+    its root in [0, 1] (the numerically stable formula, the better of the two roots)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        linear = -c / b
+        q = -0.5 * (b + np.copysign(np.sqrt(np.maximum(b * b - 4.0 * a * c, 0.0)), b))
+        candidates = np.stack([np.where(np.abs(a) > 1e-14 * (np.abs(b) + np.abs(c)), q / a, linear),
+                               c / q, linear])
+    candidates = np.where(np.isfinite(candidates), np.clip(candidates, 0.0, 1.0), 0.5)
+    residual = np.abs((a * candidates + b) * candidates + c)
+    return candidates[np.argmin(residual, axis=0), np.arange(candidates.shape[1])]
 
 
 # --- blocks of pairs ------------------------------------------------------------------

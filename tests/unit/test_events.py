@@ -123,8 +123,12 @@ def test_a_batch_keeps_every_valid_event(streams):
 
 def test_stream_parameters(streams):
     seismic, acoustic = streams["seismic"], streams["acoustic"]
-    assert (seismic.pi, seismic.rho, seismic.max_delay) == (40, 40, 500)
-    assert (acoustic.pi, acoustic.rho, acoustic.miss_prob) == (20, 5, 0.1)
+    assert (seismic.longest, seismic.shortest, seismic.max_delay) == (40, 40, 500)
+    assert seismic.pi is None and seismic.template_only
+    assert (acoustic.longest, acoustic.shortest, acoustic.miss_prob) == (20, 5, 0.1)
+    assert not acoustic.template_only and acoustic.longest == acoustic.pi
+    mixed = parse_streams({"m": {"templates": STREAMS["seismic"]["templates"], "pi": 60, "rho": 2}})["m"]
+    assert (mixed.longest, mixed.shortest, mixed.template_only) == (60, 2, False)
     assert streams.get_or_default("other").max_delay == 0
     assert parse_streams(streams.to_json()).to_json() == streams.to_json()
 
@@ -137,7 +141,6 @@ def test_stream_parameters(streams):
     ({"s": {"templates": {"t": {"edges": [0, 1]}}}}, "s.templates.t", "both edges and probs"),
     ({"s": {"templates": {"t": {"edges": [0, 2, 1], "probs": [0.5, 0.5]}}}}, "s.templates.t.edges[2]",
      "strictly increasing"),
-    ({"s": {"templates": {"t": {"edges": [0, 10], "probs": [1]}}, "pi": 5}}, "s.pi", "shorter"),
     ({"s": {"delay": 3}}, "s.delay", "unknown field"),
     ({"s": [1]}, "s", "object"),
     ({"A": {}, "a": {}}, "a", "case-insensitive"),

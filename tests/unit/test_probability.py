@@ -226,6 +226,22 @@ def test_stime_on_a_plateau_takes_the_latest_time():
     assert stime(h_i, h_j, 0.5) == pytest.approx(8.0 + 1.0, abs=1e-9)
 
 
+def test_earliest_stime_on_a_plateau_takes_the_first_time():
+    h_i = Histogram([0, 1, 9, 10], [0.5, 0.0, 0.5])
+    h_j = Histogram([0, 1], [1.0])
+    assert stime(h_i, h_j, 0.5, earliest=True) == pytest.approx(1.0 + 1.0, abs=1e-9)
+    assert stime(h_i, h_j, 0.0, earliest=True) == pytest.approx(10.0 + 1.0, abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(histograms(), histograms(), st.floats(0.0, 0.98))
+def test_earliest_stime_is_the_first_time_that_no_longer_exceeds(h_i, h_j, delta):
+    t = stime(h_i, h_j, delta, earliest=True)
+    tolerance = 1e-7 * max(1.0, abs(t), h_i.length + h_j.length)
+    assert oracle(h_i, h_j, h_j.hi - (t - tolerance)) > delta - 1e-9
+    assert oracle(h_i, h_j, h_j.hi - (t + tolerance)) <= delta + 1e-9
+
+
 def test_stime_table_and_shift_rule():
     table = stime_table([PHI1, PHI2], [PHI2], 0.8)
     assert table.shape == (2, 1)

@@ -1,0 +1,125 @@
+"""The ``penumbra`` command.
+
+``penumbra eval`` runs one query over a file of events, no services needed::
+
+    penumbra eval --query "SELECT * FROM SEISMIC A, ACOUSTIC B WHERE WINDOW(A, B) = 2000
+                           WITH THRESHOLD 0.6" --streams streams.json --events events.jsonl
+
+It prints one JSON match per line on stdout and nothing else there; ``--stats`` prints
+one JSON object of counters instead. A bad query, events file or option exits with
+status 2 and a one-line message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Sequence
+
+from .engine import compile_query
+from .errors import PenumbraError
+from .events import Streams, load_events, load_streams
+
+__all__ = ["main"]
+
+DEFAULT_BLOCK = 1000
+
+
+class UsageError(Exception):
+    """A bad option, query or input file: exit status 2 with a one-line message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="penumbra", description="Monitoring live events whose timestamps are uncertain.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser("eval", help="run one query over a file of events")
+    query = run.add_mutually_exclusive_group(required=True)
+    query.add_argument("--query", help="the query text")
+    query.add_argument("--query-file", help="a file holding the query text")
+    run.add_argument("--streams", help="stream parameters (JSON object keyed by stream name)")
+    run.add_argument("--events", required=True, help="events, one JSON object per line")
+    run.add_argument("--engine", choices=("local", "spark"), default="local")
+    run.add_argument("--block-size", type=int, default=DEFAULT_BLOCK,
+                     help=f"events per block (micro-batch), default {DEFAULT_BLOCK}")
+    run.add_argument("--stats", action="store_true", help="print counters instead of matches")
+    return parser
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise UsageError(f"cannot read {what} {path!r}: {error.strerror}") from None
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.engine == "spark":
+        raise UsageError("--engine spark is not available in this build; use --engine local")
+    if args.block_size < 1:
+        raise UsageError(f"--block-size must be >= 1, got {args.block_size}")
+    text = args.query if args.query is not None else _read_text(args.query_file, "query file")
+    try:
+        streams = load_streams(args.streams) if args.streams else Streams()
+    except OSError as error:
+        raise UsageError(f"cannot read streams file {args.streams!r}: {error.strerror}") from None
+    except PenumbraError as error:
+        raise UsageError(f"{args.streams}: {error}") from None
+    try:
+        operator = compile_query(text, streams)
+    except PenumbraError as error:
+        raise UsageError(f"query: {error}") from None
+    try:
+        events, rejected = load_events(args.events, streams)
+    except OSError as error:
+        raise UsageError(f"cannot read events file {args.events!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{args.events}: not UTF-8 text ({error.reason})") from None
+    if rejected:
+        first = rejected[0]
+        more = f" (and {len(rejected) - 1} more bad lines)" if len(rejected) > 1 else ""
+        raise UsageError(f"{args.events}:{first.line}: {first.error}{more}")
+
+    started = time.perf_counter()
+    out = sys.stdout
+    matches = late = 0
+    for start in range(0, len(events), args.block_size):
+        result = operator.feed(events[start:start + args.block_size])
+        matches += len(result.matches)
+        late += len(result.late)
+        if not args.stats and len(result.matches):
+            out.write("".join(json.dumps(m.to_json()) + "\n" for m in result.matches))
+    result = operator.flush()
+    matches += len(result.matches)
+    late += len(result.late)
+    if not args.stats and len(result.matches):
+        out.write("".join(json.dumps(m.to_json()) + "\n" for m in result.matches))
+    seconds = time.perf_counter() - started
+    if args.stats:
+        counters = {k: (v if math.isfinite(v) else None) for k, v in operator.counters.items()
+                    if k not in ("events", "matches")}
+        out.write(json.dumps({"events": len(events), "matches": matches, "seconds": seconds,
+                              "not_processed": late, **counters}) + "\n")
+    elif late:
+        print(f"penumbra: {late} event(s) not processed (late or not joinable); --stats counts them",
+              file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return _eval(args)
+    except UsageError as error:
+        print(f"penumbra: error: {error}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

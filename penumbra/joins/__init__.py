@@ -1,0 +1,13 @@
+"""The probabilistic timing join: PTJoin partitions and the interval paper's strategies."""
+
+from __future__ import annotations
+
+from ..events import Streams
+from ..query import JoinQuery
+from .operator import DEFAULT_FLOOR, STRATEGIES, JoinMatches, JoinOperator
+
+__all__ = ["DEFAULT_FLOOR", "STRATEGIES", "JoinMatches", "JoinOperator", "build_operator"]
+
+
+def build_operator(query: JoinQuery, streams: Streams, **options) -> JoinOperator:
+    return JoinOperator(query, streams, **options)

@@ -1,0 +1,524 @@
+"""The probabilistic timing join operator (PTJoin; the interval paper's five strategies).
+
+Pairs ``a`` from stream A and ``b`` from stream B are a match when
+``P(|X_a - X_b| <= d) >= delta``. Every strategy returns exactly the pairs a brute-force
+join of all non-late events would, with their exact probabilities; they differ in how
+much work it takes:
+
+``simple``       Algorithm 1: each event against every buffered partner, all probed; buffers unsorted.
+``ssort``        Algorithm 1 on max-time sorted buffers (invalidation cuts a prefix).
+``eager``        Algorithms 2-3: each event's partitions (void / certain / Theorem 2) on the
+                 sorted buffer, only the probing ranges probed.
+``lazy``         Algorithms 4-5: a whole block (micro-batch) against the buffers at once,
+                 partitions and probes vectorised.
+``lazy_lookup``  Algorithms 6-7 adapted: ``lazy`` plus a look-up table of probabilities
+                 keyed by the pair's exact geometry (templates or lengths, and offset), so a
+                 probe whose answer is known is not computed again.
+
+Time is the data's: the watermark is the largest max time seen. An event whose max time
+plus its stream's max delay D is below the watermark when it arrives is late: not joined,
+returned with the reason. Buffers keep an event while some future, non-late partner could
+still reach the threshold floor (Theorem 4 for template streams; the zero-probability
+bound otherwise), so moving the threshold anywhere down to the floor loses no match.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import Event, StreamParams, Streams, parse_streams
+from ..operator import BlockResult, Late, Match, Operator, check_threshold
+from ..probability import p_within, p_within_block
+from ..query import JoinQuery
+from ..query.ast import evaluate
+from ..timestamps import Histogram
+from .partitions import TemplateTables, certain_pairs, void_pairs
+from .rows import Rows
+
+__all__ = ["JoinMatches", "JoinOperator", "STRATEGIES"]
+
+STRATEGIES = ("simple", "ssort", "eager", "lazy", "lazy_lookup")
+DEFAULT_STRATEGY = "lazy"
+DEFAULT_FLOOR = 0.05
+NEAR_MISS_SAMPLES = 20
+PARTITION_SAMPLES = 8
+_COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "ignored",
+             "pairs", "void", "certain", "decided_by_templates", "probed", "lookup_hits",
+             "near_misses", "evicted")
+
+
+class JoinMatches(Sequence[Match]):
+    """The matches of one block as arrays; :class:`Match` objects are made on access."""
+
+    def __init__(self, names: tuple[str, str], a_ids: np.ndarray, b_ids: np.ndarray, probs: np.ndarray):
+        self.names = names
+        self.a_ids = a_ids
+        self.b_ids = b_ids
+        self.probs = probs
+
+    def __len__(self) -> int:
+        return len(self.probs)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]))
+
+    def __iter__(self) -> Iterator[Match]:
+        a, b = self.names
+        for a_id, b_id, prob in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist()):
+            yield Match({a: a_id, b: b_id}, prob)
+
+
+@dataclass
+class _Side:
+    """One source of the join: its stream, parameters, templates, filters and key."""
+
+    var: str
+    stream: str
+    params: StreamParams
+    filters: tuple = ()
+    key: tuple[str, ...] = ()
+    template_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.template_names = list(self.params.templates)
+        self.template_index = {name: k for k, name in enumerate(self.template_names)}
+        self.templates = [self.params.templates[name] for name in self.template_names]
+
+
+@dataclass
+class _Pairs:
+    """Candidate pairs ``(A row, B row)`` of one partner computation."""
+
+    a: Rows
+    b: Rows
+    ia: np.ndarray
+    ib: np.ndarray
+
+
+class JoinOperator(Operator):
+    """``P(|X_A - X_B| <= d) >= delta`` over two streams; see the module docstring."""
+
+    def __init__(self, query: JoinQuery, streams: Streams, *, floor: float = DEFAULT_FLOOR):
+        self.query = query
+        self.streams = streams
+        self.d = query.window
+        self.strategy = query.strategy or DEFAULT_STRATEGY
+        if self.strategy not in STRATEGIES:
+            raise ValidationError("strategy", f"unknown strategy {self.strategy!r}")
+        keys_a = tuple(k for k, _ in query.keys)
+        keys_b = tuple(k for _, k in query.keys)
+        self.sides = (
+            _Side(query.left.var, query.left.stream.casefold(), streams.get_or_default(query.left.stream),
+                  query.filters.get(query.left.var, ()), keys_a),
+            _Side(query.right.var, query.right.stream.casefold(), streams.get_or_default(query.right.stream),
+                  query.filters.get(query.right.var, ()), keys_b))
+        self.floor = check_threshold(floor, "floor")
+        self.threshold = check_threshold(query.threshold)
+        if self.threshold < self.floor:
+            self.floor = self.threshold
+        self.watermark = -math.inf
+        self.buffers: dict[tuple, list[Rows]] = {}
+        self.lookup: dict[bytes, float] = {}
+        self.totals = dict.fromkeys(_COUNTERS, 0)
+        self.self_join = self.sides[0].stream == self.sides[1].stream
+        self._build_tables()
+
+    # --- configuration -----------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return self.sides[0].var, self.sides[1].var
+
+    def _pi(self, side: _Side) -> float | None:
+        return side.params.longest
+
+    def _build_tables(self) -> None:
+        """Theorem 2 tables at the threshold and Theorem 4 offsets at the floor (template
+        streams only, and only where Lemma 2 holds: ``d >= max(pi_A, pi_B)``)."""
+        a, b = self.sides
+        pis = [self._pi(a), self._pi(b)]
+        self.templates_apply = bool(a.templates and b.templates and None not in pis and self.d >= max(pis))
+        self.tables = TemplateTables.build(a.templates, b.templates, self.threshold) \
+            if self.templates_apply else None
+        self.floor_tables = TemplateTables.build(a.templates, b.templates, self.floor) \
+            if self.templates_apply else None
+        # Theorem 4, both ways: the offset for evicting B by future A events, and A by future B.
+        self.t_min = (self.floor_tables.t_min(), TemplateTables.build(b.templates, a.templates, self.floor).t_min()) \
+            if self.templates_apply and a.params.template_only and b.params.template_only else None
+
+    def set_threshold(self, threshold: float) -> None:
+        threshold = check_threshold(threshold)
+        if threshold < self.floor:
+            raise ValidationError("threshold", f"must be >= the buffer floor {self.floor!r}: events "
+                                  f"that could only match below it are not kept")
+        self.threshold = threshold
+        if self.templates_apply:
+            self.tables = TemplateTables.build(self.sides[0].templates, self.sides[1].templates, threshold)
+
+    # --- admission ---------------------------------------------------------------------
+
+    def _admit(self, side: _Side, event: Event) -> tuple[Histogram, int] | str:
+        """The event's histogram and template index, or why it cannot be joined."""
+        if event.template is not None:
+            if event.template not in side.template_index:
+                return f"ts.template: unknown template {event.template!r} for stream {side.params.name!r}"
+            return event.histogram, side.template_index[event.template]
+        if side.params.template_only:
+            return (f"ts: stream {side.params.name!r} declares templates and no pi, so a join reads "
+                    f"only template timestamps from it")
+        try:
+            histogram = event.histogram
+        except ValidationError as error:
+            return str(error)
+        if side.params.pi is not None and histogram.length > side.params.pi * (1 + 1e-12):
+            return f"ts: length {histogram.length!r} exceeds the stream's pi {side.params.pi!r}"
+        return histogram, -1
+
+    def _key(self, side: _Side, event: Event) -> tuple | None:
+        values = tuple(event.attrs.get(name) for name in side.key)
+        if any(v is None for v in values):
+            return None
+        # 1 and 1.0 are the same key; True is not 1.
+        return tuple((type(v) is bool, v) for v in values)
+
+    # --- feeding -------------------------------------------------------------------------
+
+    def feed(self, events: Sequence[Event]) -> BlockResult:
+        before = dict(self.totals)
+        late: list[Late] = []
+        # per key: the new rows of A and of B, and (side, row) in arrival order
+        arrivals: dict[tuple, tuple[list, list, list]] = {}
+        for event in events:
+            self.totals["events"] += 1
+            stream = event.stream.casefold()
+            sides = [k for k, side in enumerate(self.sides) if side.stream == stream]
+            if not sides:
+                self.totals["ignored"] += 1
+                continue
+            for k in sides:
+                side = self.sides[k]
+                admitted = self._admit(side, event)
+                if isinstance(admitted, str):
+                    self.totals["rejected"] += 1
+                    late.append(Late(event, admitted))
+                    continue
+                histogram, template = admitted
+                if histogram.hi + side.params.max_delay < self.watermark:
+                    self.totals["late"] += 1
+                    late.append(Late(event, f"late: max time {histogram.hi!r} + max delay "
+                                     f"{side.params.max_delay!r} is before the watermark {self.watermark!r}"))
+                    continue
+                self.watermark = max(self.watermark, histogram.hi)
+                bindings = {side.var: event.attrs}
+                if not all(evaluate(f, bindings) is True for f in side.filters):
+                    self.totals["filtered"] += 1
+                    continue
+                key = self._key(side, event)
+                if key is None:
+                    self.totals["unkeyed"] += 1
+                    continue
+                new_a, new_b, sequence = arrivals.setdefault(key, ([], [], []))
+                mine = new_a if k == 0 else new_b
+                sequence.append((k, len(mine)))
+                mine.append((histogram, template, event.id))
+
+        matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        near: list[dict] = []
+        partitions: list[dict] = []
+        for key, (new_a, new_b, sequence) in arrivals.items():
+            buffers = self.buffers.setdefault(key, [Rows.empty(), Rows.empty()])
+            rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
+            if self.strategy in ("lazy", "lazy_lookup"):
+                self._join_block(buffers, rows, matches, near)
+            else:
+                self._join_each(buffers, rows, sequence, matches, near)
+            if len(partitions) < PARTITION_SAMPLES:
+                partitions.extend(self._partition_sample(buffers, rows, PARTITION_SAMPLES - len(partitions)))
+        evicted = self.evict(self.watermark)
+        result = self._collect(matches)
+        self.totals["matches"] += len(result)
+        observations = {
+            "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},
+            "watermark": self.watermark,
+            "buffers": self.buffer_lengths(),
+            "buffer_bounds": self.buffer_bounds(),
+            "evicted": evicted,
+            "near_misses": near[:NEAR_MISS_SAMPLES],
+            "partitions": partitions,
+            "threshold": self.threshold,
+            "floor": self.floor,
+        }
+        return BlockResult(result, late, observations)
+
+    def _collect(self, parts) -> JoinMatches:
+        if not parts:
+            empty = np.empty(0, dtype=object)
+            return JoinMatches(self.names, empty, empty, np.empty(0))
+        return JoinMatches(self.names, np.concatenate([p[0] for p in parts]),
+                           np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
+
+    # --- strategies --------------------------------------------------------------------
+
+    def _join_block(self, buffers: list[Rows], new: list[Rows], matches, near) -> None:
+        """Algorithm 5: new A against all of B (old and new), new B against old A."""
+        old_a = buffers[0]
+        buffers[1] = buffers[1].append(new[1], keep_sorted=True)
+        self._probe(self._window_pairs(new[0], buffers[1], base_is_a=True), matches, near)
+        self._probe(self._window_pairs(new[1], old_a, base_is_a=False), matches, near)
+        buffers[0] = old_a.append(new[0], keep_sorted=True)
+
+    def _join_each(self, buffers: list[Rows], new: list[Rows], sequence, matches, near) -> None:
+        """Algorithms 1 and 2: one event at a time, in arrival order."""
+        keep_sorted = self.strategy != "simple"
+        for k, i in sequence:
+            event = new[k].take(slice(i, i + 1))
+            partner = buffers[1 - k]
+            if self.strategy == "eager":
+                pairs = self._window_pairs(event, partner, base_is_a=(k == 0))
+            else:
+                everyone = np.arange(len(partner))
+                zeros = np.zeros(len(partner), dtype=np.int64)
+                pairs = _Pairs(event, partner, zeros, everyone) if k == 0 else _Pairs(partner, event, everyone, zeros)
+            self._probe(pairs, matches, near, exhaustive=self.strategy != "eager")
+            buffers[k] = buffers[k].append(event, keep_sorted=keep_sorted)
+
+    def _window_pairs(self, base: Rows, target: Rows, *, base_is_a: bool) -> _Pairs:
+        """Every (base, target) pair whose probability can be above 0: the target's max time
+        in ``(min(H_base) - d, max(H_base) + d + pi_target)`` (outside: the violation range)."""
+        if not len(base) or not len(target):
+            empty = np.empty(0, dtype=np.int64)
+            return _Pairs(base, target, empty, empty) if base_is_a else _Pairs(target, base, empty, empty)
+        start = np.searchsorted(target.hi, base.lo - self.d, side="right")
+        stop = np.searchsorted(target.hi, base.hi + self.d + target.longest(), side="left")
+        counts = np.maximum(stop - start, 0)
+        base_index = np.repeat(np.arange(len(base)), counts)
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        target_index = np.repeat(start, counts) + offsets
+        if base_is_a:
+            return _Pairs(base, target, base_index, target_index)
+        return _Pairs(target, base, target_index, base_index)
+
+    def _probe(self, pairs: _Pairs, matches, near, *, exhaustive: bool = False) -> None:
+        """Decide candidate pairs: void and certain pairs by their supports, template pairs by
+        Theorem 2, the rest by the exact probability (Algorithm 3), optionally looked up."""
+        n = len(pairs.ia)
+        if not n:
+            return
+        a, b, ia, ib = pairs.a, pairs.b, pairs.ia, pairs.ib
+        if self.self_join:
+            # one stream on both sides: an event is not its own partner
+            other = a.ids[ia] != b.ids[ib]
+            ia, ib, n = ia[other], ib[other], int(other.sum())
+        self.totals["pairs"] += n
+        lo_a, hi_a, lo_b, hi_b = a.lo[ia], a.hi[ia], b.lo[ib], b.hi[ib]
+        certain = certain_pairs(lo_a, hi_a, lo_b, hi_b, self.d)
+        void = void_pairs(lo_a, hi_a, lo_b, hi_b, self.d)
+        probs = np.where(certain, 1.0, 0.0)
+        undecided = ~(certain | void)
+        if exhaustive:
+            # Algorithm 1 computes every probability (the supports then make 0 and 1 exact).
+            probed = np.arange(n)
+        else:
+            self.totals["certain"] += int(certain.sum())
+            self.totals["void"] += int(void.sum())
+            probed = np.flatnonzero(undecided)
+            if self.tables is not None and len(probed):
+                probed = self._templates_decide(a, b, ia, ib, probed, near)
+        if len(probed):
+            probs[probed] = self._probabilities(a, b, ia[probed], ib[probed])
+            probs[certain] = 1.0
+            probs[void] = 0.0
+            self.totals["probed"] += len(probed)
+            missed = probed[(probs[probed] >= self.floor) & (probs[probed] < self.threshold)]
+            self.totals["near_misses"] += len(missed)
+            for m in missed[: max(0, NEAR_MISS_SAMPLES - len(near))]:
+                near.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
+                             "prob": float(probs[m])})
+        hit = np.flatnonzero(probs >= self.threshold)
+        if len(hit):
+            matches.append((a.ids[ia[hit]], b.ids[ib[hit]], probs[hit]))
+
+    def _templates_decide(self, a: Rows, b: Rows, ia, ib, probed: np.ndarray, near) -> np.ndarray:
+        """Theorem 2 for template pairs: drop the violated ones (counting near misses with
+        the floor's tables); the satisfied ones still need their exact probability."""
+        both = probed[(a.template[ia[probed]] >= 0) & (b.template[ib[probed]] >= 0)]
+        if not len(both):
+            return probed
+        u, v = a.template[ia[both]], b.template[ib[both]]
+        hi_a, hi_b = a.hi[ia[both]], b.hi[ib[both]]
+        _, violated = self.tables.decide(u, v, hi_a, hi_b, self.d)
+        self.totals["decided_by_templates"] += int(violated.sum())
+        floor_ok, _ = self.floor_tables.decide(u, v, hi_a, hi_b, self.d)
+        self.totals["near_misses"] += int((violated & floor_ok).sum())
+        dropped = np.zeros(len(ia), dtype=bool)
+        dropped[both[violated]] = True
+        return probed[~dropped[probed]]
+
+    def _probabilities(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        """Exact ``P(|X_a - X_b| <= d)`` for the pairs; ``lazy_lookup`` computes each
+        distinct geometry (templates or interval lengths, and offset) once and remembers it."""
+        if self.strategy != "lazy_lookup":
+            return p_within_block(a.block.take(ia), b.block.take(ib), self.d)
+        values = np.empty(len(ia))
+        keys, cacheable = _geometry_keys(a, b, ia, ib)
+        direct = np.flatnonzero(~cacheable)
+        if len(direct):
+            values[direct] = p_within_block(a.block.take(ia[direct]), b.block.take(ib[direct]), self.d)
+        shared = np.flatnonzero(cacheable)
+        unique, first, inverse = np.unique(keys[shared], return_index=True, return_inverse=True)
+        known = np.empty(len(unique))
+        todo = []
+        for k, key in enumerate(unique.tolist()):
+            value = self.lookup.get(key)
+            if value is None:
+                todo.append(k)
+            else:
+                known[k] = value
+        if todo:
+            rows = shared[first[todo]]
+            known[todo] = p_within_block(a.block.take(ia[rows]), b.block.take(ib[rows]), self.d)
+            self.lookup.update(zip(unique[todo].tolist(), known[todo].tolist()))
+        values[shared] = known[inverse.reshape(-1)]
+        self.totals["lookup_hits"] += len(shared) - len(todo)
+        return values
+
+    # --- eviction ------------------------------------------------------------------------
+
+    def buffer_bounds(self) -> list[float]:
+        """For each side, the max time below which a buffered event is obsolete: no future
+        non-late event of the other side can reach the threshold floor with it."""
+        bounds = []
+        for k in (0, 1):
+            other = self.sides[1 - k]
+            horizon = self.watermark - other.params.max_delay - self.d
+            if self.t_min is not None:
+                # Theorem 4 (t_min[0] evicts B by future A events, t_min[1] evicts A by future B).
+                bounds.append(horizon + self.t_min[1 - k])
+            elif self._pi(other) is not None:
+                bounds.append(horizon - self._pi(other))
+            else:
+                bounds.append(-math.inf)
+        return bounds
+
+    def evict(self, watermark: float) -> int:
+        if watermark > self.watermark:
+            self.watermark = watermark
+        bounds = self.buffer_bounds()
+        evicted = 0
+        for key in list(self.buffers):
+            buffers = self.buffers[key]
+            for k in (0, 1):
+                rows = buffers[k]
+                if self.strategy == "simple":
+                    keep = np.flatnonzero(rows.hi >= bounds[k])
+                else:
+                    keep = slice(int(np.searchsorted(rows.hi, bounds[k], side="left")), None)
+                kept = rows.take(keep)
+                evicted += len(rows) - len(kept)
+                buffers[k] = kept
+            if not len(buffers[0]) and not len(buffers[1]):
+                del self.buffers[key]
+        self.totals["evicted"] += evicted
+        return evicted
+
+    def buffer_lengths(self) -> dict[str, int]:
+        return {side.var: sum(len(b[k]) for b in self.buffers.values()) for k, side in enumerate(self.sides)}
+
+    # --- the dashboard -------------------------------------------------------------------
+
+    def _partition_sample(self, buffers, new: list[Rows], count: int) -> list[dict]:
+        """Partition bounds (on the partner's max time) of a few arriving events."""
+        out = []
+        for k in (0, 1):
+            partner = self.sides[1 - k]
+            for i in range(min(count - len(out), len(new[k]))):
+                out.append({"stream": self.sides[k].var, "id": new[k].ids[i],
+                            **self._ranges(k, new[k].lo[i], new[k].hi[i], int(new[k].template[i]), partner)})
+        return out
+
+    def _ranges(self, k: int, lo: float, hi: float, template: int, partner: _Side) -> dict:
+        """LPR / SR / RPR: Theorem 3 for a template event of A; otherwise Eqs. 4-6, with
+        the partner stream's pi (or no bound when it has none)."""
+        if k == 0 and template >= 0 and self.tables is not None:
+            return self.tables.probing_ranges(template, hi, self.d)
+        pi = self._pi(partner)
+        pi = math.inf if pi is None else pi
+        return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],
+                "rpr": [lo + self.d, hi + self.d + pi]}
+
+    def probability_curve(self, event: Event, points: int = 200) -> dict[str, Any]:
+        """Figure 3 of the PTJoin paper (Figure 1 of the interval paper for intervals):
+        ``P(|X_e - X_partner| <= d)`` as the partner's max time ``x`` moves, one curve per
+        partner template (or for the partner stream's shortest and longest interval), with
+        the threshold and the probing ranges."""
+        k = next((k for k, s in enumerate(self.sides) if s.stream == event.stream.casefold()), None)
+        if k is None:
+            raise ValidationError("stream", f"{event.stream!r} is not a source of this join")
+        side, partner = self.sides[k], self.sides[1 - k]
+        admitted = self._admit(side, event)
+        if isinstance(admitted, str):
+            raise ValidationError("ts", admitted)
+        histogram, template = admitted
+        shapes = dict(partner.params.templates)
+        if not shapes:
+            lengths = {partner.params.shortest, partner.params.longest} - {None} or {histogram.length}
+            shapes = {f"length {length:g}": Histogram.uniform(-length, 0.0) for length in sorted(lengths) if length > 0}
+        reach = max((h.length for h in shapes.values()), default=0.0)
+        x = np.linspace(histogram.lo - self.d - reach, histogram.hi + self.d + reach, points)
+        curves = {}
+        for name, shape in shapes.items():
+            partners = [shape.shift(t - shape.hi) for t in x]
+            curves[name] = [p_within(histogram, h, self.d) for h in partners]
+        return {"x": x.tolist(), "curves": curves, "threshold": self.threshold, "floor": self.floor,
+                **self._ranges(k, histogram.lo, histogram.hi, template, partner)}
+
+    @property
+    def counters(self) -> dict[str, int | float]:
+        return {**self.totals, "watermark": self.watermark, **{f"buffer_{k}": v for k, v in self.buffer_lengths().items()}}
+
+    # --- state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        state = {
+            "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
+            "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
+            "lookup": self.lookup,
+            "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids) for r in rows]
+                        for key, rows in self.buffers.items()},
+        }
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def restore(cls, data: bytes) -> JoinOperator:
+        from ..timestamps import HistogramBlock
+
+        state = pickle.loads(data)
+        op = cls(state["query"], parse_streams(state["streams"]), floor=state["floor"])
+        op.set_threshold(state["threshold"])
+        op.watermark = state["watermark"]
+        op.totals = state["totals"]
+        op.lookup = state["lookup"]
+        op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids)
+                            for hi, lo, edges, probs, template, ids in rows]
+                      for key, rows in state["buffers"].items()}
+        return op
+
+
+def _geometry_keys(a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, a byte string naming everything its probability depends on (both
+    templates, or both interval lengths, and the offset of the max times), and whether
+    the pair has such a key (an explicit multi-bucket histogram has not)."""
+    ta, tb = a.template[ia], b.template[ib]
+    shape_a = np.where(ta >= 0, -1.0 - ta, a.hi[ia] - a.lo[ia])
+    shape_b = np.where(tb >= 0, -1.0 - tb, b.hi[ib] - b.lo[ib])
+    cacheable = ((ta >= 0) | (a.block.buckets == 1)) & ((tb >= 0) | (b.block.buckets == 1))
+    columns = np.stack([shape_a, shape_b, b.hi[ib] - a.hi[ia]], axis=1)
+    return np.ascontiguousarray(columns).view(np.dtype((np.void, 24))).reshape(-1), cacheable

@@ -1,0 +1,69 @@
+"""Events of one join side as arrays: the unit every join strategy works on.
+
+A stream buffer (PTJoin section 3.2) is a :class:`Rows` kept sorted by max time,
+``max(H)``, so the partitions of section 3.1 are contiguous slices found by binary search.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..timestamps import Histogram, HistogramBlock
+
+__all__ = ["Rows"]
+
+
+class Rows:
+    """``n`` events: ``hi`` = max(H), ``lo`` = min(H), their histograms, template index
+    (-1 for an explicit timestamp) and ids."""
+
+    __slots__ = ("hi", "lo", "block", "template", "ids")
+
+    def __init__(self, hi: np.ndarray, lo: np.ndarray, block: HistogramBlock,
+                 template: np.ndarray, ids: np.ndarray):
+        self.hi = hi
+        self.lo = lo
+        self.block = block
+        self.template = template
+        self.ids = ids
+
+    @classmethod
+    def empty(cls) -> Rows:
+        return cls(np.empty(0), np.empty(0), HistogramBlock(np.empty((2, 0)), np.empty((1, 0))),
+                   np.empty(0, dtype=np.int64), np.empty(0, dtype=object))
+
+    @classmethod
+    def build(cls, histograms: Sequence[Histogram], templates: Sequence[int], ids: Sequence[str]) -> Rows:
+        if not histograms:
+            return cls.empty()
+        block = HistogramBlock.from_histograms(histograms)
+        id_array = np.empty(len(ids), dtype=object)
+        id_array[:] = list(ids)
+        return cls(block.hi.copy(), block.lo.copy(), block, np.asarray(templates, dtype=np.int64), id_array)
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    def take(self, index) -> Rows:
+        return Rows(self.hi[index], self.lo[index], self.block.take(index), self.template[index], self.ids[index])
+
+    def append(self, other: Rows, *, keep_sorted: bool) -> Rows:
+        """These rows and ``other``; sorted by max time (stable) when ``keep_sorted``."""
+        if not len(other):
+            return self
+        if not len(self):
+            joined = other
+        else:
+            joined = Rows(np.concatenate([self.hi, other.hi]), np.concatenate([self.lo, other.lo]),
+                          HistogramBlock.concat([self.block, other.block]),
+                          np.concatenate([self.template, other.template]),
+                          np.concatenate([self.ids, other.ids]))
+        if keep_sorted and len(joined) > 1 and np.any(np.diff(joined.hi) < 0):
+            joined = joined.take(np.argsort(joined.hi, kind="stable"))
+        return joined
+
+    def longest(self) -> float:
+        """The longest timestamp held (0 when empty)."""
+        return float(np.max(self.hi - self.lo)) if len(self) else 0.0
