@@ -1,0 +1,306 @@
+"""The join operator against a brute-force all-pairs join written here: every strategy,
+intervals and template histograms, d >= pi and d < pi, keys, filters, late events,
+threshold moves, snapshots. Probabilities come from tests/oracle.py (bucket-pair
+integration), lateness from a plain replay of the arrival order."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from penumbra.engine import compile_query
+from penumbra.events import parse_event, parse_streams
+from penumbra.joins import STRATEGIES, JoinOperator
+from tests.oracle import p_geq_float
+
+AMBIGUOUS = 1e-9
+
+
+def oracle_within(h_a, h_b, d: float) -> float:
+    return p_geq_float(h_a.edges, h_a.probs, h_b.edges, h_b.probs, d) - \
+        p_geq_float(h_a.edges, h_a.probs, h_b.edges, h_b.probs, -d)
+
+
+def workload(seed: int, kind: str, n: int = 260, spacing: float = 6.0, late_share: float = 0.03,
+             at_the_edge: bool = False):
+    """Two streams S and T with region attributes, in a disordered arrival order: each
+    event arrives after a delay within its stream's max_delay, a few beyond it."""
+    rng = np.random.default_rng(seed)
+    templates = {
+        "S": {"u1": {"edges": [0, 4, 6, 10], "probs": [0.2, 0.5, 0.3]}, "u2": {"edges": [0, 8], "probs": [1.0]},
+              "u3": {"edges": [0, 1, 5, 6], "probs": [0.6, 0.0, 0.4]}},
+        "T": {"v1": {"edges": [0, 3, 9], "probs": [0.7, 0.3]}, "v2": {"edges": [0, 2, 4, 5, 12], "probs": [0.1, 0.4, 0.3, 0.2]}},
+    }
+    if kind == "templates":
+        params = {s: {"templates": templates[s], "max_delay": 30.0} for s in "ST"}
+    elif kind == "mixed":
+        params = {s: {"templates": templates[s], "pi": 14.0, "max_delay": 30.0} for s in "ST"}
+    else:
+        params = {"S": {"pi": 12.0, "max_delay": 30.0}, "T": {"pi": 9.0, "max_delay": 20.0}}
+    raw = []
+    for i in range(n):
+        stream = "S" if rng.random() < 0.5 else "T"
+        t = i * spacing / 2 + rng.uniform(-3, 3)
+        attrs = {"region": ["n", "s"][int(rng.integers(0, 2))], "v": int(rng.integers(0, 10))}
+        if kind == "templates" or (kind == "mixed" and rng.random() < 0.6):
+            name = list(templates[stream])[int(rng.integers(0, len(templates[stream])))]
+            ts = {"detected": round(t, 1), "template": name}
+        elif kind == "mixed":
+            edges = np.round(np.sort(rng.uniform(t - 14, t, 3)), 2)
+            edges = np.unique(np.append(edges, round(t, 2)))
+            probs = rng.dirichlet(np.ones(len(edges) - 1))
+            probs[-1] = 1 - probs[:-1].sum()
+            ts = {"edges": edges.tolist(), "probs": probs.tolist()}
+        else:
+            length = rng.uniform(0.5, params[stream]["pi"])
+            ts = {"lo": round(t - length, 3), "hi": round(t, 3)}
+        if at_the_edge:   # half on time, half as late as the max delay allows
+            share = 0.0 if rng.random() < 0.5 else rng.uniform(0.97, 1.0)
+        else:
+            share = 1.5 if rng.random() < late_share else rng.random()
+        delay = params[stream]["max_delay"] * share
+        raw.append((t + delay, {"stream": stream, "id": f"{stream}{i}", "ts": ts, "attrs": attrs}))
+    raw.sort(key=lambda item: item[0])
+    streams = parse_streams(params)
+    return streams, [parse_event(obj, streams) for _, obj in raw]
+
+
+def brute_force(streams, events, d, threshold_at, keyed=False, filters=None, self_join=False):
+    """All (A, B) pairs of events that were not late, keys equal and filters passing,
+    with P >= the threshold in force when the later of the two arrived."""
+    watermark = -math.inf
+    admitted, late = [], set()
+    for position, e in enumerate(events):
+        hi = e.histogram.hi
+        if hi + streams[e.stream].max_delay < watermark:
+            late.add(e.id)
+            continue
+        watermark = max(watermark, hi)
+        admitted.append((position, e))
+    side = {"A": "S", "B": "S" if self_join else "T"}
+    left = [(p, e) for p, e in admitted if e.stream == side["A"] and (filters is None or filters(e))]
+    right = [(p, e) for p, e in admitted if e.stream == side["B"]]
+    expected, ambiguous = {}, set()
+    for (pa, a), (pb, b) in itertools.product(left, right):
+        if a.id == b.id or (keyed and a.attrs["region"] != b.attrs["region"]):
+            continue
+        p = oracle_within(a.histogram, b.histogram, d)
+        threshold = threshold_at(max(pa, pb))
+        if abs(p - threshold) < AMBIGUOUS:
+            ambiguous.add((a.id, b.id))
+        elif p >= threshold:
+            expected[(a.id, b.id)] = p
+    return expected, ambiguous, late
+
+
+def run(op, events, block: int):
+    found, late = {}, set()
+    for start in range(0, len(events), block):
+        result = op.feed(events[start:start + block])
+        for m in result.matches:
+            pair = (m.events["A"], m.events["B"])
+            assert pair not in found, f"{pair} emitted twice"
+            found[pair] = m.prob
+        late |= {item.event.id for item in result.late}
+    return found, late
+
+
+def check(found, expected, ambiguous):
+    assert set(found) - ambiguous == set(expected) - ambiguous
+    for pair, p in expected.items():
+        if pair in found:
+            assert found[pair] == pytest.approx(p, abs=1e-9), pair
+
+
+QUERY = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} {keys} WITH THRESHOLD {t} USING {s}"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("kind,d,threshold,keyed,block", [
+    ("intervals", 15.0, 0.6, False, 50),    # d >= pi
+    ("intervals", 4.0, 0.3, True, 7),       # d < pi: exact probing, no partitions
+    ("intervals", 25.0, 0.95, True, 1000),
+    ("templates", 14.0, 0.7, False, 33),    # d >= pi: Theorem 2 decides
+    ("templates", 20.0, 0.1, True, 1),
+    ("templates", 5.0, 0.5, False, 64),     # d < pi
+    ("mixed", 16.0, 0.8, True, 40),
+    ("mixed", 3.0, 0.2, False, 40),
+])
+def test_every_strategy_equals_brute_force(strategy, kind, d, threshold, keyed, block):
+    streams, events = workload(hash((kind, d)) % 1000, kind)
+    keys = "AND A.region = B.region" if keyed else ""
+    op = compile_query(QUERY.format(d=d, keys=keys, t=threshold, s=strategy), streams)
+    found, late = run(op, events, block)
+    expected, ambiguous, expected_late = brute_force(streams, events, d, lambda _: threshold, keyed)
+    assert late == expected_late and late, "the workload has late events and they are reported"
+    check(found, expected, ambiguous)
+    assert op.counters["evicted"] > 0, "buffers were invalidated along the way"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_workloads_all_strategies_agree(seed):
+    rng = np.random.default_rng(100 + seed)
+    kind = ["intervals", "templates", "mixed"][seed % 3]
+    d = float(rng.choice([2.0, 8.0, 13.0, 30.0]))
+    threshold = float(np.round(rng.uniform(0.1, 0.95), 2))
+    streams, events = workload(seed, kind, n=180)
+    expected, ambiguous, _ = brute_force(streams, events, d, lambda _: threshold)
+    for strategy in STRATEGIES:
+        op = compile_query(QUERY.format(d=d, keys="", t=threshold, s=strategy), streams)
+        found, _ = run(op, events, int(rng.integers(1, 80)))
+        check(found, expected, ambiguous)
+
+
+@pytest.mark.parametrize("kind,d", [("intervals", 15.0), ("intervals", 0.001), ("templates", 14.0),
+                                    ("mixed", 18.0)])
+def test_buffers_are_tight_but_never_drop_a_partner(kind, d):
+    # At the threshold floor, with partners arriving as late as their max delay allows,
+    # a buffer bound any tighter than Theorem 4 (or the zero-probability bound) loses a match.
+    streams, events = workload(21, kind, n=400, spacing=2.0, at_the_edge=True)
+    threshold = 0.05 if d > 1 else 0.0001
+    expected, ambiguous, _ = brute_force(streams, events, d, lambda _: threshold)
+    for strategy in ("ssort", "lazy"):
+        op = compile_query(QUERY.format(d=d, keys="", t=threshold, s=strategy), streams)
+        found, _ = run(op, events, 20)
+        check(found, expected, ambiguous)
+        assert op.counters["evicted"] > 200
+
+
+def test_threshold_moves_mid_stream_lose_nothing_down_to_the_floor():
+    streams, events = workload(7, "templates", n=300)
+    d, before, after, cut = 14.0, 0.9, 0.1, 150
+    expected, ambiguous, _ = brute_force(streams, events, d, lambda p: before if p < cut else after)
+    for strategy in STRATEGIES:
+        op = compile_query(QUERY.format(d=d, keys="", t=before, s=strategy), streams)
+        found, _ = run(op, events[:cut], 25)
+        op.set_threshold(after)
+        more, _ = run(op, events[cut:], 25)
+        found.update(more)
+        check(found, expected, ambiguous)
+
+
+def test_threshold_below_the_floor_is_refused():
+    streams, _ = workload(1, "intervals", n=2)
+    op = compile_query(QUERY.format(d=10, keys="", t=0.5, s="lazy"), streams)
+    with pytest.raises(Exception, match="floor"):
+        op.set_threshold(0.01)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_snapshot_in_the_middle_changes_nothing(strategy):
+    streams, events = workload(11, "mixed", n=240)
+    text = QUERY.format(d=12.0, keys="AND A.region = B.region", t=0.5, s=strategy)
+    whole, _ = run(compile_query(text, streams), events, 30)
+    op = compile_query(text, streams)
+    first, _ = run(op, events[:120], 30)
+    restored = JoinOperator.restore(op.snapshot())
+    second, _ = run(restored, events[120:], 30)
+    assert {**first, **second} == whole
+    assert restored.counters["events"] == len(events)
+
+
+def test_filters_and_self_join():
+    streams, events = workload(5, "intervals", n=200)
+    text = "SELECT * FROM S A, S B WHERE WINDOW(A, B) = 10 AND A.v > 4 WITH THRESHOLD 0.5"
+    found, _ = run(compile_query(text, streams), events, 40)
+    expected, ambiguous, _ = brute_force(streams, events, 10.0, lambda _: 0.5,
+                                         filters=lambda e: e.attrs["v"] > 4, self_join=True)
+    check(found, expected, ambiguous)
+    assert found and all(a != b for a, b in found)
+
+
+def test_not_joinable_events_are_reported_with_a_reason():
+    streams = parse_streams({"S": {"templates": {"u": {"edges": [0, 5], "probs": [1]}}},
+                             "T": {"pi": 5.0}})
+    op = compile_query("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 10 WITH THRESHOLD 0.5", streams)
+    events = [parse_event(obj, streams) for obj in [
+        {"stream": "S", "id": "explicit", "ts": {"lo": 0, "hi": 1}},
+        {"stream": "T", "id": "too-long", "ts": {"lo": 0, "hi": 6}},
+        {"stream": "T", "id": "weighted", "ts": {"lo": 0, "hi": 2, "pmf": [0.2, 0.3, 0.5]}},
+        {"stream": "T", "id": "ok", "ts": {"lo": 0, "hi": 1}},
+        {"stream": "other", "id": "x", "ts": {"lo": 0, "hi": 1}},
+    ]]
+    result = op.feed(events)
+    reasons = {item.event.id: item.reason for item in result.late}
+    assert set(reasons) == {"explicit", "too-long", "weighted"}
+    assert "template timestamps" in reasons["explicit"]
+    assert "exceeds the stream's pi" in reasons["too-long"]
+    assert "discrete grid" in reasons["weighted"]
+    assert op.counters["ignored"] == 1
+
+
+def test_observations_and_probability_curve():
+    streams, events = workload(3, "templates", n=120)
+    op = compile_query(QUERY.format(d=14.0, keys="", t=0.7, s="lazy"), streams)
+    result = op.feed(events[:60])
+    obs = result.observations
+    assert set(obs["buffers"]) == {"A", "B"} and len(obs["buffer_bounds"]) == 2
+    assert obs["counters"]["events"] == 60 and obs["partitions"]
+    assert all(item["prob"] < 0.7 for item in obs["near_misses"])
+    json.dumps(obs)
+    event = next(e for e in events if e.stream == "S")
+    curve = op.probability_curve(event, points=50)
+    assert set(curve["curves"]) == {"v1", "v2"}
+    for name, values in curve["curves"].items():
+        template = streams["T"].templates[name]
+        for x, p in zip(curve["x"][::7], values[::7]):
+            partner = template.shift(x - template.hi)
+            assert p == pytest.approx(oracle_within(event.histogram, partner, 14.0), abs=1e-9)
+    # Theorem 3: partners after LPR's start and up to RPR's end hold every match
+    lpr, rpr = curve["lpr"], curve["rpr"]
+    for name, values in curve["curves"].items():
+        for x, p in zip(curve["x"], values):
+            if p >= 0.7 + 1e-9:
+                assert lpr[0] - 1e-6 <= x <= rpr[1] + 1e-6
+
+
+def _edge_case_events(streams, b_ts, a_ts, z_ts):
+    """b (stream T) arrives first; z (stream S) sets the watermark; a (stream S) arrives
+    exactly as late as S's max delay allows."""
+    return [parse_event({"stream": s, "id": i, "ts": ts}, streams)
+            for s, i, ts in (("T", "b", b_ts), ("S", "z", z_ts), ("S", "a", a_ts))]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_zero_probability_bound_keeps_the_last_possible_partner(strategy):
+    streams = parse_streams({"S": {"pi": 10.0, "max_delay": 20.0}, "T": {"pi": 10.0, "max_delay": 20.0}})
+    d, watermark = 5.0, 1000.0
+    hi_a = watermark - 20.0
+    hi_b = hi_a - 10.0 - d + 0.3          # 0.3 inside the zero-probability bound
+    events = _edge_case_events(streams, {"lo": hi_b - 10, "hi": hi_b}, {"lo": hi_a - 10, "hi": hi_a},
+                               {"lo": watermark - 1, "hi": watermark})
+    p = oracle_within(events[2].histogram, events[0].histogram, d)
+    assert 0 < p < 0.001
+    op = compile_query(QUERY.format(d=d, keys="", t=0.0002, s=strategy), streams)
+    found, late = run(op, events, 1)
+    assert not late and ("a", "b") in found and found[("a", "b")] == pytest.approx(p, abs=1e-12)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_theorem_4_keeps_the_last_possible_partner(strategy):
+    from tests.oracle import stime_bisection
+
+    templates_s = {"u1": {"edges": [0, 4, 6, 10], "probs": [0.2, 0.5, 0.3]}, "u2": {"edges": [0, 8], "probs": [1.0]}}
+    templates_t = {"v1": {"edges": [0, 3, 9], "probs": [0.7, 0.3]}, "v2": {"edges": [0, 2, 5, 12], "probs": [0.1, 0.6, 0.3]}}
+    streams = parse_streams({"S": {"templates": templates_s, "max_delay": 20.0},
+                             "T": {"templates": templates_t, "max_delay": 20.0}})
+    d, floor, watermark = 14.0, 0.05, 1000.0
+    # t_min = min over (u, v) of stime(phi_u, phi_v, 1 - floor) - max(phi_u), by bisection
+    offsets = {(u, v): stime_bisection(np.array(phi_u["edges"], float), np.array(phi_u["probs"]),
+                                       np.array(phi_v["edges"], float), np.array(phi_v["probs"]), 1 - floor)
+                       - phi_u["edges"][-1]
+               for u, phi_u in templates_s.items() for v, phi_v in templates_t.items()}
+    (u, v), t_min = min(offsets.items(), key=lambda item: item[1])
+    hi_a = watermark - 20.0
+    hi_b = hi_a - d + t_min + 0.05        # just inside Theorem 4's bound
+    events = _edge_case_events(streams, {"detected": hi_b, "template": v}, {"detected": hi_a, "template": u},
+                               {"detected": watermark, "template": "u2"})
+    p = oracle_within(events[2].histogram, events[0].histogram, d)
+    assert floor < p < floor + 0.05
+    op = compile_query(QUERY.format(d=d, keys="", t=floor, s=strategy), streams)
+    found, late = run(op, events, 1)
+    assert not late and ("a", "b") in found and found[("a", "b")] == pytest.approx(p, abs=1e-9)

@@ -1,0 +1,20 @@
+"""The benchmark scripts still run (a quick pass each; their figures are not asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+def test_benchmark_runs_quick(script):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()
