@@ -23,6 +23,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
@@ -57,7 +58,7 @@ class Event:
     template: str | None = None
     detected: float | None = None
 
-    @property
+    @cached_property
     def histogram(self) -> Histogram:
         """The continuous reading of the timestamp (what joins use)."""
         if isinstance(self.ts, Histogram):

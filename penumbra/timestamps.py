@@ -33,6 +33,7 @@ __all__ = ["Histogram", "HistogramBlock", "Interval", "MAX_BUCKETS", "PROB_TOLER
 PROB_TOLERANCE = 1e-9
 #: Largest number of buckets (or grid points of a pmf) one timestamp may have.
 MAX_BUCKETS = 4096
+_CERTAIN = np.ones(1)
 
 
 def finite_number(value: object, field: str) -> float:
@@ -90,8 +91,6 @@ class Histogram:
 
     def __init__(self, edges: Sequence[float] | np.ndarray, probs: Sequence[float] | np.ndarray):
         edges = number_array(edges, "edges", min_len=2)
-        if len(edges) > MAX_BUCKETS + 1:
-            raise ValidationError("edges", f"too many buckets: {len(edges) - 1}, at most {MAX_BUCKETS}")
         steps = np.diff(edges)
         flat = np.flatnonzero(steps <= 0)
         if flat.size:
@@ -108,6 +107,16 @@ class Histogram:
         self.probs = probs
 
     @classmethod
+    def _checked(cls, edges: np.ndarray, probs: np.ndarray) -> Histogram:
+        """A histogram from arrays already known to be valid."""
+        histogram = cls.__new__(cls)
+        edges.flags.writeable = False
+        probs.flags.writeable = False
+        histogram.edges = edges
+        histogram.probs = probs
+        return histogram
+
+    @classmethod
     def uniform(cls, lo: float, hi: float) -> Histogram:
         """The uniform distribution over ``[lo, hi]`` (an interval timestamp), ``lo < hi``."""
         lo = finite_number(lo, "lo")
@@ -115,7 +124,7 @@ class Histogram:
         if not lo < hi:
             raise ValidationError("hi", f"must be greater than lo for a continuous interval, "
                                   f"got lo={lo!r}, hi={hi!r}")
-        return cls([lo, hi], [1.0])
+        return cls._checked(np.array([lo, hi]), _CERTAIN.copy())
 
     @classmethod
     def from_template(cls, template: Histogram, detected: float) -> Histogram:
@@ -144,12 +153,7 @@ class Histogram:
 
     def shift(self, x: float) -> Histogram:
         """``H + x``."""
-        shifted = Histogram.__new__(Histogram)
-        edges = self.edges + float(x)
-        edges.flags.writeable = False
-        shifted.edges = edges
-        shifted.probs = self.probs
-        return shifted
+        return Histogram._checked(self.edges + float(x), self.probs)
 
     def cdf(self, t):
         """``P(X <= t)``, piecewise linear; ``t`` may be a scalar or an array."""

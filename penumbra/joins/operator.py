@@ -146,13 +146,21 @@ class JoinOperator(Operator):
         a, b = self.sides
         pis = [self._pi(a), self._pi(b)]
         self.templates_apply = bool(a.templates and b.templates and None not in pis and self.d >= max(pis))
-        self.tables = TemplateTables.build(a.templates, b.templates, self.threshold) \
-            if self.templates_apply else None
+        self._threshold_tables()
         self.floor_tables = TemplateTables.build(a.templates, b.templates, self.floor) \
             if self.templates_apply else None
         # Theorem 4, both ways: the offset for evicting B by future A events, and A by future B.
         self.t_min = (self.floor_tables.t_min(), TemplateTables.build(b.templates, a.templates, self.floor).t_min()) \
             if self.templates_apply and a.params.template_only and b.params.template_only else None
+
+    def _threshold_tables(self) -> None:
+        """Theorem 2 tables at the current threshold, for A events (``tables``) and, for
+        B events' probing ranges, with the roles swapped (``tables_ba``)."""
+        a, b = self.sides
+        self.tables = TemplateTables.build(a.templates, b.templates, self.threshold) \
+            if self.templates_apply else None
+        self.tables_ba = TemplateTables.build(b.templates, a.templates, self.threshold) \
+            if self.templates_apply else None
 
     def set_threshold(self, threshold: float) -> None:
         threshold = check_threshold(threshold)
@@ -160,8 +168,7 @@ class JoinOperator(Operator):
             raise ValidationError("threshold", f"must be >= the buffer floor {self.floor!r}: events "
                                   f"that could only match below it are not kept")
         self.threshold = threshold
-        if self.templates_apply:
-            self.tables = TemplateTables.build(self.sides[0].templates, self.sides[1].templates, threshold)
+        self._threshold_tables()
 
     # --- admission ---------------------------------------------------------------------
 
@@ -445,10 +452,10 @@ class JoinOperator(Operator):
         return out
 
     def _ranges(self, k: int, lo: float, hi: float, template: int, partner: _Side) -> dict:
-        """LPR / SR / RPR: Theorem 3 for a template event of A; otherwise Eqs. 4-6, with
-        the partner stream's pi (or no bound when it has none)."""
-        if k == 0 and template >= 0 and self.tables is not None:
-            return self.tables.probing_ranges(template, hi, self.d)
+        """LPR / SR / RPR: Theorem 3 for a template event; otherwise Eqs. 4-6, with the
+        partner stream's pi (or no bound when it has none)."""
+        if template >= 0 and self.tables is not None:
+            return (self.tables if k == 0 else self.tables_ba).probing_ranges(template, hi, self.d)
         pi = self._pi(partner)
         pi = math.inf if pi is None else pi
         return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],

@@ -242,20 +242,28 @@ def test_observations_and_probability_curve():
     assert obs["counters"]["events"] == 60 and obs["partitions"]
     assert all(item["prob"] < 0.7 for item in obs["near_misses"])
     json.dumps(obs)
-    event = next(e for e in events if e.stream == "S")
+    for stream, partner_templates in (("S", {"v1", "v2"}), ("T", {"u1", "u2", "u3"})):
+        event = next(e for e in events if e.stream == stream)
+        check_curve(op, streams, event, "T" if stream == "S" else "S", partner_templates)
+
+
+def check_curve(op, streams, event, partner_stream, partner_templates):
     curve = op.probability_curve(event, points=50)
-    assert set(curve["curves"]) == {"v1", "v2"}
+    assert set(curve["curves"]) == partner_templates
     for name, values in curve["curves"].items():
-        template = streams["T"].templates[name]
+        template = streams[partner_stream].templates[name]
         for x, p in zip(curve["x"][::7], values[::7]):
             partner = template.shift(x - template.hi)
             assert p == pytest.approx(oracle_within(event.histogram, partner, 14.0), abs=1e-9)
+    assert curve["lpr"][0] <= curve["lpr"][1] <= curve["rpr"][0] <= curve["rpr"][1]
     # Theorem 3: partners after LPR's start and up to RPR's end hold every match
     lpr, rpr = curve["lpr"], curve["rpr"]
     for name, values in curve["curves"].items():
         for x, p in zip(curve["x"], values):
             if p >= 0.7 + 1e-9:
                 assert lpr[0] - 1e-6 <= x <= rpr[1] + 1e-6
+            if lpr[1] + 1e-6 <= x <= rpr[0] - 1e-6:      # SR: every template satisfies
+                assert p >= 0.7 - 1e-9
 
 
 def _edge_case_events(streams, b_ts, a_ts, z_ts):
