@@ -11,11 +11,13 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from penumbra.engine import compile_query
 from penumbra.events import parse_event, parse_streams
 from penumbra.joins import STRATEGIES, JoinOperator
 from tests.oracle import p_geq_float
+from tests.strategies import histograms
 
 AMBIGUOUS = 1e-9
 
@@ -312,3 +314,50 @@ def test_theorem_4_keeps_the_last_possible_partner(strategy):
     op = compile_query(QUERY.format(d=d, keys="", t=floor, s=strategy), streams)
     found, late = run(op, events, 1)
     assert not late and ("a", "b") in found and found[("a", "b")] == pytest.approx(p, abs=1e-9)
+
+
+@st.composite
+def small_join_cases(draw):
+    """A small random join: interval or template streams (templates may have empty
+    buckets), any window including 0, any threshold, disorder, late events, keys."""
+    kind = draw(st.sampled_from(["intervals", "templates"]))
+    params = {}
+    for stream in "ST":
+        delay = draw(st.sampled_from([0.0, 3.0, 10.0]))
+        if kind == "templates":
+            templates = {f"{stream.lower()}{k}": h.to_json()
+                         for k, h in enumerate(draw(st.lists(histograms(max_buckets=3, origin=(0, 0), max_width=6),
+                                                             min_size=1, max_size=3)))}
+            params[stream] = {"templates": templates, "max_delay": delay}
+        else:
+            params[stream] = {"pi": draw(st.sampled_from([2.0, 6.0])), "max_delay": delay}
+    streams = parse_streams(params)
+    raw = []
+    for i in range(draw(st.integers(2, 24))):
+        stream = draw(st.sampled_from("ST"))
+        t = draw(st.integers(0, 40)) / 2
+        if kind == "templates":
+            ts = {"detected": t, "template": draw(st.sampled_from(sorted(params[stream]["templates"])))}
+        else:
+            ts = {"lo": t - draw(st.sampled_from([0.5, 1.0, params[stream]["pi"]])), "hi": t}
+        arrival = t + draw(st.sampled_from([0.0, 1.0, params[stream]["max_delay"], params[stream]["max_delay"] + 2]))
+        raw.append((arrival, {"stream": stream, "id": f"{stream}{i}", "ts": ts,
+                              "attrs": {"region": draw(st.sampled_from("nsx"))}}))
+    raw.sort(key=lambda item: item[0])
+    events = [parse_event(obj, streams) for _, obj in raw]
+    d = draw(st.sampled_from([0.0, 0.5, 2.0, 6.0, 15.0]))
+    threshold = draw(st.sampled_from([0.05, 0.3, 0.5, 0.77, 1.0]))
+    return streams, events, d, threshold, draw(st.booleans()), draw(st.integers(1, 8))
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_join_cases())
+def test_hypothesis_small_joins_equal_brute_force(case):
+    streams, events, d, threshold, keyed, block = case
+    expected, ambiguous, expected_late = brute_force(streams, events, d, lambda _: threshold, keyed)
+    keys = "AND A.region = B.region" if keyed else ""
+    for strategy in STRATEGIES:
+        op = compile_query(QUERY.format(d=d, keys=keys, t=threshold, s=strategy), streams)
+        found, late = run(op, events, block)
+        assert late == expected_late
+        check(found, expected, ambiguous)
