@@ -48,6 +48,8 @@ DEFAULT_STRATEGY = "lazy"
 DEFAULT_FLOOR = 0.05
 NEAR_MISS_SAMPLES = 20
 PARTITION_SAMPLES = 8
+LOOKUP_CAPACITY = 1 << 20      # geometries remembered by lazy_lookup before it starts afresh
+MAX_SHAPES = 1 << 11           # distinct shapes per side that lazy_lookup tells apart
 _COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "ignored",
              "pairs", "void", "certain", "decided_by_templates", "probed", "lookup_hits",
              "near_misses", "evicted")
@@ -126,7 +128,8 @@ class JoinOperator(Operator):
             self.floor = self.threshold
         self.watermark = -math.inf
         self.buffers: dict[tuple, list[Rows]] = {}
-        self.lookup: dict[bytes, float] = {}
+        self.lookup = (np.empty(0, dtype=np.int64), np.empty(0))
+        self.shape_ids: tuple[dict[float, int], dict[float, int]] = ({}, {})
         self.totals = dict.fromkeys(_COUNTERS, 0)
         self.self_join = self.sides[0].stream == self.sides[1].stream
         self._build_tables()
@@ -370,32 +373,67 @@ class JoinOperator(Operator):
         return probed[~dropped[probed]]
 
     def _probabilities(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-        """Exact ``P(|X_a - X_b| <= d)`` for the pairs; ``lazy_lookup`` computes each
-        distinct geometry (templates or interval lengths, and offset) once and remembers it."""
+        """Exact ``P(|X_a - X_b| <= d)`` for the pairs.
+
+        ``lazy_lookup`` keeps a look-up table of probabilities keyed by the pair's exact
+        geometry -- both shapes (template, or interval length) and the offset of the max
+        times -- as sorted int64 keys: each geometry is computed once, later pairs with
+        the same geometry are answered by a binary search.
+        """
         if self.strategy != "lazy_lookup":
             return p_within_block(a.block.take(ia), b.block.take(ib), self.d)
         values = np.empty(len(ia))
-        keys, cacheable = _geometry_keys(a, b, ia, ib)
-        direct = np.flatnonzero(~cacheable)
+        keys = self._geometry_keys(a, b, ia, ib)
+        direct = np.flatnonzero(keys < 0)
         if len(direct):
             values[direct] = p_within_block(a.block.take(ia[direct]), b.block.take(ib[direct]), self.d)
-        shared = np.flatnonzero(cacheable)
+        shared = np.flatnonzero(keys >= 0)
         unique, first, inverse = np.unique(keys[shared], return_index=True, return_inverse=True)
-        known = np.empty(len(unique))
-        todo = []
-        for k, key in enumerate(unique.tolist()):
-            value = self.lookup.get(key)
-            if value is None:
-                todo.append(k)
-            else:
-                known[k] = value
-        if todo:
+        table_keys, table_values = self.lookup
+        at = np.minimum(np.searchsorted(table_keys, unique), max(len(table_keys) - 1, 0))
+        known = (table_keys[at] == unique) if len(table_keys) else np.zeros(len(unique), dtype=bool)
+        results = np.where(known, table_values[at] if len(table_keys) else 0.0, 0.0)
+        todo = np.flatnonzero(~known)
+        if len(todo):
             rows = shared[first[todo]]
-            known[todo] = p_within_block(a.block.take(ia[rows]), b.block.take(ib[rows]), self.d)
-            self.lookup.update(zip(unique[todo].tolist(), known[todo].tolist()))
-        values[shared] = known[inverse.reshape(-1)]
+            results[todo] = p_within_block(a.block.take(ia[rows]), b.block.take(ib[rows]), self.d)
+            if len(table_keys) + len(todo) > LOOKUP_CAPACITY:
+                table_keys, table_values = table_keys[:0], table_values[:0]
+            merged_keys = np.concatenate([table_keys, unique[todo]])
+            order = np.argsort(merged_keys, kind="stable")
+            self.lookup = (merged_keys[order], np.concatenate([table_values, results[todo]])[order])
+        values[shared] = results[inverse.reshape(-1)]
         self.totals["lookup_hits"] += len(shared) - len(todo)
         return values
+
+    def _geometry_keys(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        """Per pair, an int64 naming its geometry (shape ids and an integral offset of the
+        max times), or -1 where there is none (an explicit multi-bucket histogram, an
+        offset off the integer grid, too many distinct lengths)."""
+        shape_a = self._shape_ids(0, a, ia)
+        shape_b = self._shape_ids(1, b, ib)
+        offset = b.hi[ib] - a.hi[ia]
+        usable = (shape_a >= 0) & (shape_b >= 0) & (offset == np.round(offset)) & (np.abs(offset) < 2.0 ** 40)
+        keys = ((shape_a * MAX_SHAPES + shape_b) << 41) + (np.where(usable, offset, 0).astype(np.int64) + (1 << 40))
+        return np.where(usable, keys, -1)
+
+    def _shape_ids(self, k: int, rows: Rows, index: np.ndarray) -> np.ndarray:
+        """Stable small ids of the shapes of ``rows[index]``: a template's index, or an id per
+        distinct interval length; -1 for anything else."""
+        template = rows.template[index]
+        ids = np.where(template >= 0, template, -1)
+        if rows.block.buckets == 1:
+            explicit = np.flatnonzero(template < 0)
+            lengths = rows.hi[index[explicit]] - rows.lo[index[explicit]]
+            distinct, where = np.unique(lengths, return_inverse=True)
+            known = self.shape_ids[k]
+            first_free = len(self.sides[k].templates)
+            for length in distinct.tolist():
+                if length not in known and first_free + len(known) < MAX_SHAPES:
+                    known[length] = first_free + len(known)
+            ids[explicit] = np.array([known.get(length, -1) for length in distinct.tolist()],
+                                     dtype=np.int64)[where.reshape(-1)] if len(distinct) else ids[explicit]
+        return ids.astype(np.int64)
 
     # --- eviction ------------------------------------------------------------------------
 
@@ -497,7 +535,7 @@ class JoinOperator(Operator):
         state = {
             "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
             "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
-            "lookup": self.lookup,
+            "lookup": self.lookup, "shape_ids": self.shape_ids,
             "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids) for r in rows]
                         for key, rows in self.buffers.items()},
         }
@@ -513,19 +551,8 @@ class JoinOperator(Operator):
         op.watermark = state["watermark"]
         op.totals = state["totals"]
         op.lookup = state["lookup"]
+        op.shape_ids = state["shape_ids"]
         op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids)
                             for hi, lo, edges, probs, template, ids in rows]
                       for key, rows in state["buffers"].items()}
         return op
-
-
-def _geometry_keys(a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair, a byte string naming everything its probability depends on (both
-    templates, or both interval lengths, and the offset of the max times), and whether
-    the pair has such a key (an explicit multi-bucket histogram has not)."""
-    ta, tb = a.template[ia], b.template[ib]
-    shape_a = np.where(ta >= 0, -1.0 - ta, a.hi[ia] - a.lo[ia])
-    shape_b = np.where(tb >= 0, -1.0 - tb, b.hi[ib] - b.lo[ib])
-    cacheable = ((ta >= 0) | (a.block.buckets == 1)) & ((tb >= 0) | (b.block.buckets == 1))
-    columns = np.stack([shape_a, shape_b, b.hi[ib] - a.hi[ia]], axis=1)
-    return np.ascontiguousarray(columns).view(np.dtype((np.void, 24))).reshape(-1), cacheable
