@@ -20,6 +20,7 @@ probability kernels evaluate a whole micro-batch of pairs at once.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -38,7 +39,7 @@ _CERTAIN = np.ones(1)
 
 def finite_number(value: object, field: str) -> float:
     """``value`` as a float; a clear error for bools, strings, NaN and infinities."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValidationError(field, f"must be a number, got {type(value).__name__}")
     number = float(value)
     if not math.isfinite(number):
@@ -54,7 +55,7 @@ def number_array(values: object, field: str, *, min_len: int = 1) -> np.ndarray:
         raise ValidationError(field, f"must have at least {min_len} element(s), got {len(values)}")
     if len(values) > MAX_BUCKETS + 1:
         raise ValidationError(field, f"too long: {len(values)} elements, at most {MAX_BUCKETS + 1}")
-    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
         array = values.astype(np.float64, copy=True)
         bad = np.flatnonzero(~np.isfinite(array))
         if bad.size:

@@ -41,6 +41,14 @@ def test_probabilities_within_tolerance_are_renormalised():
     assert math.fsum(h.probs) == pytest.approx(1.0, abs=1e-15)
 
 
+def test_numpy_inputs_are_numbers():
+    h = Histogram(np.array([0, 1, 3]), [np.float32(0.25), np.int64(1) - 0.25])
+    assert h.edges.tolist() == [0, 1, 3] and h.probs.tolist() == [0.25, 0.25 * 3]
+    assert Histogram.uniform(np.int64(2), np.float64(4.5)).hi == 4.5
+    with pytest.raises(ValidationError, match="number"):
+        Histogram([0, np.bool_(True)], [1])
+
+
 def test_histograms_are_immutable():
     h = Histogram([0, 1], [1])
     with pytest.raises(ValueError):
