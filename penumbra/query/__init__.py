@@ -8,5 +8,7 @@
 from .errors import QueryError
 from .join import JOIN_STRATEGIES, JoinQuery, Source
 from .parser import parse, parse_expression
+from .sequence import GapSpec, SequenceComponent, SequenceQuery
 
-__all__ = ["JOIN_STRATEGIES", "JoinQuery", "QueryError", "Source", "parse", "parse_expression"]
+__all__ = ["GapSpec", "JOIN_STRATEGIES", "JoinQuery", "QueryError", "SequenceComponent", "SequenceQuery",
+           "Source", "parse", "parse_expression"]

@@ -1,16 +1,275 @@
-"""The lossy-CEP form of the query language (AYAC)."""
+"""The lossy-CEP form of the query language (AYAC paper, section 2.2)::
+
+    SEQUENCE(Shelf x, !Counter y, Exit z)
+    WHERE x.tag = z.tag AND y.tag = x.tag
+    WITHIN 3600 THRESHOLD 0.5
+
+* ``SEQUENCE`` names each component; a leading ``!`` makes it *negative* (it must not
+  occur between the positive components around it; before the first or after the last
+  positive it must not occur within the window).
+* ``WHERE`` is converted to disjunctive normal form; each conjunctive clause is a
+  *predicate*, and within a clause a literal on one component only is *trivial*
+  (checked as events arrive), the others are checked when a match is generated. A
+  literal naming a negative component says which of its events would break the match
+  (SASE's negation): ``x.tag = z.tag AND y.tag = x.tag`` with ``!Counter y`` is "no
+  counter read of x's tag between x and z"; it does not tie x to z by itself.
+* ``DEFAULT y.tag = x.tag, y.aisle = 'unknown'`` gives the value an attribute of a
+  positive component takes when that component was missed (the paper writes these in
+  brackets next to each attribute; one clause keeps one value per attribute). A trivial
+  literal of a missed component is taken to hold: the missed event was one of its events.
+* ``GAP z = exponential(40)`` fixes f_z, the density of the time from the previous
+  positive component to z (section 3). Families: ``uniform(lo, hi)`` (integer gaps
+  lo..hi), ``exponential(mean)`` (discretised, truncated to the window) and
+  ``histogram(width, w1, w2, ...)`` (bins of ``width`` time units from gap 1, weights
+  normalised). Components without ``GAP`` learn f online from completed matches.
+* ``WITHIN w`` holds when t_last - t_first < w (time units of the grid, unit 1);
+  ``THRESHOLD p`` is the least probability reported.
+"""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass, field
+
 from lark import v_args
 
-from .ast import ExprBuilder
+from .ast import Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, evaluate, variables_of
 from .errors import QueryError
 
-__all__ = ["SequenceBuilder"]
+__all__ = ["GAP_FAMILIES", "Clause", "GapSpec", "SequenceBuilder", "SequenceComponent", "SequenceQuery",
+           "disjunctive_normal_form"]
+
+#: Largest number of conjunctive clauses a WHERE may expand to.
+MAX_CLAUSES = 64
+
+#: Gap-density families of the ``GAP`` clause and their argument counts (None: one or more).
+GAP_FAMILIES = {"uniform": 2, "exponential": 1, "histogram": None}
+
+
+@dataclass(frozen=True)
+class SequenceComponent:
+    stream: str
+    var: str
+    negated: bool
+    line: int | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class GapSpec:
+    """A gap density given in the query: ``family(params)`` for component ``var``."""
+
+    var: str
+    family: str
+    params: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One conjunctive clause of the WHERE in DNF: trivial literals by component
+    variable, and the literals spanning two or more components."""
+
+    trivial: dict[str, tuple[Expr, ...]]
+    joint: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class SequenceQuery:
+    components: tuple[SequenceComponent, ...]
+    clauses: tuple[Clause, ...]
+    window: int
+    threshold: float
+    defaults: dict[str, dict[str, Expr]] = field(default_factory=dict)
+    gaps: dict[str, GapSpec] = field(default_factory=dict)
+    kind: str = field(default="sequence", init=False)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(c.var for c in self.components)
+
+    @property
+    def positives(self) -> tuple[int, ...]:
+        """Indices of the positive components, in query order."""
+        return tuple(k for k, c in enumerate(self.components) if not c.negated)
+
+
+def _push_not(expr: Expr, negate: bool) -> Expr:
+    """``expr`` (negated if asked) with NOT moved onto literals (De Morgan).
+
+    Exact under :func:`~penumbra.query.ast.evaluate`, where a condition holds only when
+    its value is True, so NOT(a AND b) and NOT a OR NOT b agree even on unknown values.
+    """
+    if isinstance(expr, Not):
+        return _push_not(expr.operand, not negate)
+    if isinstance(expr, Bool):
+        op = {"and": "or", "or": "and"}[expr.op] if negate else expr.op
+        return Bool(op, tuple(_push_not(e, negate) for e in expr.operands), line=expr.line, column=expr.column)
+    return Not(expr, line=expr.line, column=expr.column) if negate else expr
+
+
+def _dnf(expr: Expr) -> list[list[Expr]]:
+    if isinstance(expr, Bool) and expr.op == "or":
+        clauses = [clause for operand in expr.operands for clause in _dnf(operand)]
+    elif isinstance(expr, Bool):
+        clauses = [list(itertools.chain.from_iterable(parts))
+                   for parts in itertools.product(*(_dnf(operand) for operand in expr.operands))]
+    else:
+        clauses = [[expr]]
+    if len(clauses) > MAX_CLAUSES:
+        raise QueryError.at(expr, f"WHERE expands to more than {MAX_CLAUSES} clauses in disjunctive normal form")
+    return clauses
+
+
+def disjunctive_normal_form(expr: Expr | None) -> list[list[Expr]]:
+    """The conjunctive clauses whose OR is ``expr`` (section 2.2); ``[[]]`` for no condition."""
+    return [[]] if expr is None else _dnf(_push_not(expr, False))
+
+
+def _check_literal(literal: Expr, components: dict[str, SequenceComponent]) -> set[str]:
+    stack = [literal]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Var):
+            raise QueryError.at(node, f"{node.name!r} alone is not a value; write {node.name}.attribute")
+        if isinstance(node, Call):
+            raise QueryError.at(node, f"unknown function {node.name!r} in WHERE")
+        stack.extend(getattr(node, name) for name in ("operand", "left", "right") if hasattr(node, name))
+        stack.extend(getattr(node, "operands", ()))
+    used = variables_of(literal)
+    for attr in attrs_of(literal):
+        if attr.var not in components:
+            raise QueryError.at(attr, f"unknown variable {attr.var!r} (the components are "
+                                f"{', '.join(components)})")
+    negatives = sorted(v for v in used if components[v].negated)
+    if len(negatives) > 1:
+        raise QueryError.at(literal, f"a condition may involve one negative component, this one "
+                            f"involves {', '.join(negatives)}")
+    return used
+
+
+def _clauses(condition: Expr | None, components: dict[str, SequenceComponent]) -> tuple[Clause, ...]:
+    out = []
+    for literals in disjunctive_normal_form(condition):
+        trivial: dict[str, list[Expr]] = {}
+        joint: list[Expr] = []
+        holds = True
+        for literal in literals:
+            used = _check_literal(literal, components)
+            if not used:
+                holds = holds and evaluate(literal, {}) is True
+            elif len(used) == 1:
+                trivial.setdefault(used.pop(), []).append(literal)
+            else:
+                joint.append(literal)
+        if holds:
+            out.append(Clause({var: tuple(terms) for var, terms in trivial.items()}, tuple(joint)))
+    if not out:
+        raise QueryError.at(condition, "the WHERE condition can never hold")
+    return tuple(out)
+
+
+def _defaults(items: list[Expr], components: dict[str, SequenceComponent]) -> dict[str, dict[str, Expr]]:
+    out: dict[str, dict[str, Expr]] = {}
+    for item in items:
+        if not (isinstance(item, Compare) and item.op == "=" and isinstance(item.left, Attr)):
+            raise QueryError.at(item, "a default is written var.attribute = value")
+        target = item.left
+        if target.var not in components:
+            raise QueryError.at(target, f"unknown variable {target.var!r}")
+        if components[target.var].negated:
+            raise QueryError.at(target, f"{target.var!r} is negative: only a missed positive component "
+                                "takes default values")
+        if target.name in out.get(target.var, {}):
+            raise QueryError.at(target, f"{target.var}.{target.name} has two defaults")
+        for attr in attrs_of(item.right):
+            if attr.var not in components or components[attr.var].negated:
+                raise QueryError.at(attr, f"a default may refer to positive components only, not {attr.var!r}")
+        _check_literal(item.right, components)
+        out.setdefault(target.var, {})[target.name] = item.right
+    return out
+
+
+def _gap(item: Expr, components: dict[str, SequenceComponent], first_positive: str) -> GapSpec:
+    if not (isinstance(item, Compare) and item.op == "=" and isinstance(item.left, Var)
+            and isinstance(item.right, Call)):
+        raise QueryError.at(item, "a gap density is written var = family(args), e.g. z = exponential(40)")
+    var, call = item.left.name, item.right
+    if var not in components:
+        raise QueryError.at(item.left, f"unknown variable {var!r}")
+    if var == first_positive:
+        raise QueryError.at(item.left, f"{var!r} is the first positive component: no gap precedes it")
+    family = call.name.lower()
+    if family not in GAP_FAMILIES:
+        raise QueryError.at(call, f"unknown gap density {call.name!r} (one of: {', '.join(GAP_FAMILIES)})")
+    params = []
+    for arg in call.args:
+        value = arg.value if isinstance(arg, Const) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise QueryError.at(arg, f"{family}(...) takes numbers")
+        params.append(float(value))
+    arity = GAP_FAMILIES[family]
+    if (arity is None and len(params) < 2) or (arity is not None and len(params) != arity):
+        expected = "a bin width and one or more weights" if arity is None else f"{arity} argument(s)"
+        raise QueryError.at(call, f"{family}(...) takes {expected}, got {len(params)}")
+    _check_gap_params(family, params, call)
+    return GapSpec(var, family, tuple(params))
+
+
+def _check_gap_params(family: str, params: list[float], call: Call) -> None:
+    if family == "uniform":
+        lo, hi = params
+        if lo != int(lo) or hi != int(hi) or not 1 <= lo <= hi:
+            raise QueryError.at(call, f"uniform(lo, hi) needs integers 1 <= lo <= hi, got {lo:g}, {hi:g}")
+    elif family == "exponential":
+        if params[0] <= 0:
+            raise QueryError.at(call, f"exponential(mean) needs mean > 0, got {params[0]:g}")
+    else:
+        width, weights = params[0], params[1:]
+        if width != int(width) or width < 1:
+            raise QueryError.at(call, f"histogram(width, ...) needs an integer width >= 1, got {width:g}")
+        if min(weights) < 0 or sum(weights) <= 0:
+            raise QueryError.at(call, "histogram weights must be >= 0 and not all 0")
+
+
+def _window(duration) -> int:
+    seconds = duration.seconds()
+    if seconds != round(seconds) or seconds < 1:
+        raise QueryError.at(duration, f"WITHIN needs a whole number of time units >= 1, got {seconds:g}")
+    return int(round(seconds))
 
 
 @v_args(meta=True)
 class SequenceBuilder(ExprBuilder):
+    def sequence_component(self, meta, children):
+        negation, stream, var = children
+        return SequenceComponent(str(stream), str(var), negation is not None, meta.line, meta.column)
+
+    def sequence_defaults(self, meta, children):
+        return ("defaults", children)
+
+    def sequence_gaps(self, meta, children):
+        return ("gaps", children)
+
     def sequence_query(self, meta, children):
-        raise QueryError.at(meta, "SEQUENCE queries are not supported yet")
+        *parts, condition, defaults, gaps, duration, threshold = children
+        components: dict[str, SequenceComponent] = {}
+        for component in parts:
+            if component.var in components:
+                raise QueryError(f"variable {component.var!r} names two components", component.line, component.column)
+            components[component.var] = component
+        positives = [c for c in parts if not c.negated]
+        if not positives:
+            raise QueryError.at(meta, "SEQUENCE needs at least one positive component")
+        if not 0 < threshold.value <= 1:
+            raise QueryError.at(threshold, f"the threshold must be in (0, 1], got {threshold.value!r}")
+        gap_specs = [_gap(item, components, positives[0].var) for item in (gaps[1] if gaps else [])]
+        if len({g.var for g in gap_specs}) != len(gap_specs):
+            raise QueryError.at(gaps[1][0], "a component has two GAP densities")
+        return SequenceQuery(
+            components=tuple(parts),
+            clauses=_clauses(condition, components),
+            window=_window(duration),
+            threshold=float(threshold.value),
+            defaults=_defaults(defaults[1] if defaults else [], components),
+            gaps={g.var: g for g in gap_specs},
+        )

@@ -1,0 +1,204 @@
+"""The lossy operator's interface: input handling, hashing, pruning, state."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from penumbra.engine import compile_query
+from penumbra.events import Event, parse_event, parse_streams
+from penumbra.lossy import LossyOperator, build_operator
+from penumbra.query import QueryError, parse
+from penumbra.timestamps import Histogram, Interval
+
+STREAMS = parse_streams({"shelf": {"miss_prob": 0.2}, "counter": {"miss_prob": 0.3},
+                         "aisle": {"miss_prob": 0.4}, "exit": {"miss_prob": 0.1}})
+
+
+def rfid(reader, ident, t, tag):
+    return Event(reader, ident, Interval(float(t), float(t)), {"tag": tag})
+
+
+def random_store(seed, visits=300, tags=40):
+    """Visits of ``tags`` tags: shelf, sometimes aisle, sometimes counter, exit; reads lost."""
+    rng = np.random.default_rng(seed)
+    events = []
+    for n in range(visits):
+        tag = int(rng.integers(tags))
+        t = int(rng.integers(0, 3000))
+        route = ["shelf"] + (["aisle"] if rng.random() < 0.6 else []) + \
+                (["counter"] if rng.random() < 0.7 else []) + ["exit"]
+        for reader in route:
+            if rng.random() > 0.15:
+                events.append(rfid(reader, f"{reader}-{n}", t, tag))
+            t += int(rng.integers(1, 25))
+    return sorted(events, key=lambda e: e.ts.lo)
+
+
+FIXED = ("SEQUENCE(Shelf x, Aisle a, !Counter y, Exit z) WHERE {eq} DEFAULT a.tag = x.tag "
+         "GAP a = uniform(1, 24), y = exponential(20), z = histogram(10, 3, 2, 1) WITHIN 80 THRESHOLD {p}")
+HASHED = "x.tag = a.tag AND a.tag = z.tag AND y.tag = x.tag"
+UNHASHED = "x.tag + 0 = a.tag + 0 AND a.tag + 0 = z.tag + 0 AND y.tag + 0 = x.tag + 0"
+
+
+def run(op, events, block=50):
+    matches = []
+    for start in range(0, len(events), block):
+        matches += op.feed(events[start:start + block]).matches
+    return matches + op.flush().matches
+
+
+def as_set(matches):
+    return Counter((tuple(sorted(m.events.items())), m.prob) for m in matches)
+
+
+def test_hashed_queues_equal_one_queue():
+    """Section 5.2: hashing on the tag changes the work, not the matches or probabilities."""
+    events = random_store(1)
+    hashed = build_operator(parse(FIXED.format(eq=HASHED, p=0.05)), STREAMS)
+    single = build_operator(parse(FIXED.format(eq=UNHASHED, p=0.05)), STREAMS)
+    assert hashed.key_attr and not single.key_attr
+    found = run(hashed, events)
+    assert any(len(m.events) == 2 for m in found) and any(len(m.events) == 3 for m in found)
+    assert as_set(found) == as_set(run(single, events))
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.3, 0.6, 0.9])
+def test_pruning_loses_no_match(threshold):
+    """Threshold pruning (arrivals, edges, paths) returns exactly the matches a run with a
+    tiny threshold finds at or above the threshold."""
+    events = random_store(2)
+    everything = run(build_operator(parse(FIXED.format(eq=HASHED, p=1e-9)), STREAMS), events)
+    pruned_op = build_operator(parse(FIXED.format(eq=HASHED, p=threshold)), STREAMS)
+    pruned = run(pruned_op, events)
+    assert as_set(pruned) == as_set(m for m in everything if m.prob >= threshold)
+    assert pruned_op.counters["pruned_arrivals"] + pruned_op.counters["pruned_paths"] > 0
+
+
+@pytest.mark.parametrize("block", [1, 7, 1000])
+def test_learning_does_not_depend_on_blocks(block):
+    query = parse("SEQUENCE(Shelf x, Aisle a, !Counter y, Exit z) WHERE " + HASHED +
+                  " DEFAULT a.tag = x.tag WITHIN 80 THRESHOLD 0.05")
+    events = random_store(3, visits=900)
+    reference = run(build_operator(query, STREAMS), events, block=50)
+    assert as_set(run(build_operator(query, STREAMS), events, block=block)) == as_set(reference)
+
+
+def test_learning_moves_the_probabilities():
+    """Densities learned from completed matches replace the uniform prior."""
+    query = parse("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+                  "WITHIN 1000 THRESHOLD 0.01")
+    op = build_operator(query, STREAMS)
+    prior = op.score[0, 1][5]
+    events = []
+    for n in range(2000):     # exits 5 after the shelf, counters 3 after: short gaps
+        events += [rfid("shelf", f"a{n}", 20 * n, n), rfid("exit", f"c{n}", 20 * n + 5, n)]
+        if n % 2:
+            events.append(rfid("counter", f"b{n}", 20 * n + 3, n))
+    run(op, sorted(events, key=lambda e: e.ts.lo), block=500)
+    assert op.learned["z"].observations > 500 and op.learned["y"].observations > 500
+    pmf_y = op.learned["y"].pmf()
+    assert pmf_y[1:16].sum() > 0.5                  # mass moved to the short gaps seen
+    assert op.score[0, 1][5] < prior                # so a 5-long gap hides a counter read more likely
+
+
+def test_late_and_imprecise_events_are_reported():
+    op = build_operator(parse("SEQUENCE(Shelf x, Exit z) WITHIN 10 THRESHOLD 0.5"), STREAMS)
+    out = op.feed([rfid("shelf", "a1", 5, 1), rfid("exit", "c1", 8, 1)])
+    assert [m.events for m in out.matches] == [{"x": "a1", "z": "c1"}]
+    odd = [rfid("shelf", "old", 7, 1),
+           Event("shelf", "wide", Interval(9.0, 12.0), {}),
+           Event("shelf", "hist", Histogram([1, 2], [1.0]), {}),
+           rfid("shelf", "half", 9.5, 1),
+           rfid("other", "x1", 3, 1)]
+    out = op.feed(odd)
+    reasons = {late.event.id: late.reason for late in out.late}
+    assert set(reasons) == {"old", "wide", "hist", "half"}
+    assert "out of order" in reasons["old"] and "precise" in reasons["wide"]
+    assert "precise" in reasons["hist"] and "unit grid" in reasons["half"]
+    assert op.counters["late"] == 4 and op.counters["ignored"] == 1 and op.counters["events"] == 7
+
+
+def test_max_delay_reorders_before_processing():
+    streams = parse_streams({"shelf": {"max_delay": 10}, "exit": {"max_delay": 10}})
+    op = build_operator(parse("SEQUENCE(Shelf x, Exit z) WHERE x.tag = z.tag WITHIN 50 THRESHOLD 0.5"), streams)
+    first = op.feed([rfid("exit", "c1", 30, 1), rfid("shelf", "a2", 31, 2)])
+    assert first.matches == [] and first.observations["held"] == 2      # within D of the newest
+    second = op.feed([rfid("shelf", "a1", 25, 1), rfid("exit", "c2", 45, 2)])   # a1 came late, within D
+    assert [m.events for m in second.matches] == [{"x": "a1", "z": "c1"}]
+    third = op.feed([rfid("shelf", "a0", 20, 1)])      # older than what was processed
+    assert [late.event.id for late in third.late] == ["a0"]
+    assert [m.events for m in op.flush().matches] == [{"x": "a2", "z": "c2"}]
+
+
+def test_trailing_negative_waits_for_the_window():
+    """A trailing negative must be absent from (t_last, t_first + W): the match waits."""
+    op = build_operator(parse("SEQUENCE(Shelf x, Exit z, !Counter y) WHERE x.tag = z.tag AND y.tag = z.tag "
+                              "WITHIN 20 THRESHOLD 0.5"), parse_streams({}))
+    assert op.feed([rfid("shelf", "a1", 0, 1), rfid("exit", "c1", 5, 1),
+                    rfid("shelf", "a2", 1, 2), rfid("exit", "c2", 6, 2)]).matches == []
+    assert op.counters["pending"] == 2
+    out = op.feed([rfid("counter", "b2", 20, 2)])       # time 20 closes a1's window (0 + 20)
+    assert [m.events for m in out.matches] == [{"x": "a1", "z": "c1"}]
+    assert op.feed([rfid("shelf", "a9", 21, 9)]).matches == []     # b2 at 20 is inside (6, 21)
+    assert op.feed([rfid("shelf", "a3", 30, 3), rfid("exit", "c3", 35, 3)]).matches == []
+    assert [m.events for m in op.flush().matches] == [{"x": "a3", "z": "c3"}]     # end of input
+
+
+def test_snapshot_restore_continues_exactly():
+    events = random_store(4)
+    query = parse(FIXED.format(eq=HASHED, p=0.05))
+    whole = run(build_operator(query, STREAMS), events)
+    op = build_operator(query, STREAMS)
+    half = len(events) // 2
+    first = run_blocks = []
+    for start in range(0, half, 50):
+        first += op.feed(events[start:min(start + 50, half)]).matches
+    restored = LossyOperator.restore(op.snapshot())
+    rest = run(restored, events[half:])
+    assert as_set(run_blocks + rest) == as_set(whole)
+    assert restored.counters["events"] == len(events)
+
+
+def test_set_threshold_and_evict():
+    op = build_operator(parse("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+                              "GAP y = uniform(1, 10) WITHIN 100 THRESHOLD 0.9"), STREAMS)
+    # counter missed with eps = 0.3: S^N(T) = (1 - F) / (0.3 F + 1 - F), F = min(T - 1, 10) / 10
+    out = op.feed([rfid("shelf", "a1", 0, 1), rfid("exit", "c1", 5, 1)])
+    assert out.matches == []                              # S^N(5) = 0.6 / 0.72 < 0.9
+    op.set_threshold(0.5)
+    out = op.feed([rfid("shelf", "a2", 10, 2), rfid("exit", "c2", 15, 2)])
+    assert [(m.events, m.prob) for m in out.matches] == [({"x": "a2", "z": "c2"}, pytest.approx(0.6 / 0.72))]
+    assert op.evict(1000) == 2 and op.counters["paq_entries"] == 0
+    with pytest.raises(ValueError):
+        op.set_threshold(0)
+
+
+def test_missable_component_needs_defaults():
+    text = "SEQUENCE(Shelf x, Aisle a, Exit z) WHERE x.tag = a.tag AND a.tag = z.tag WITHIN 80 THRESHOLD 0.1"
+    with pytest.raises(QueryError, match="DEFAULT a.tag") as error:
+        build_operator(parse(text), STREAMS)
+    assert error.value.line == 1 and error.value.column == 50
+    build_operator(parse(text), parse_streams({}))        # never missed: no default needed
+
+
+def test_engine_builds_the_operator():
+    op = compile_query("SEQUENCE(Shelf x, Exit z) WHERE x.tag = z.tag WITHIN 10 THRESHOLD 0.5", STREAMS)
+    event = parse_event({"stream": "SHELF", "id": "a", "ts": {"lo": 1, "hi": 1}, "attrs": {"tag": 1}})
+    out = op.feed([event, rfid("Exit", "c", 4, 1)])
+    assert [m.to_json() for m in out.matches] == [{"events": {"x": "a", "z": "c"}, "prob": 1.0}]
+    assert math.isclose(out.matches[0].prob, 1.0)
+
+
+def test_idle_queues_are_swept():
+    """A tag per visit leaves a queue per visit: sweeps keep their number O(W), not O(stream)."""
+    op = build_operator(parse("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+                              "WITHIN 50 THRESHOLD 0.5"), parse_streams({}))
+    events = [rfid(reader, f"{reader}-{n}", n + lag, n) for n in range(20_000)
+              for reader, lag in (("shelf", 0), ("counter", 1))]
+    for start in range(0, len(events), 1000):
+        op.feed(events[start:start + 1000])
+    assert op.queue_count() < 6_000 < 40_000 == len(events)
