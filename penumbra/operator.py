@@ -31,7 +31,9 @@ __all__ = ["BlockResult", "Late", "Match", "Operator", "check_threshold"]
 class Match:
     """One result: the matched events' ids by query variable (in the query's order),
     the probability (join probability, pattern confidence or lossy-CEP probability),
-    and for patterns the time range ``[lo, hi]`` of the match's last event."""
+    and for patterns the match's time range ``[lo, hi]`` (the imprecise-timestamps
+    paper's Table 1: from the earliest first-event instant to the latest last-event
+    instant over the match's possible worlds)."""
 
     events: dict[str, str]
     prob: float

@@ -8,7 +8,8 @@
 from .errors import QueryError
 from .join import JOIN_STRATEGIES, JoinQuery, Source
 from .parser import parse, parse_expression
+from .pattern import PATTERN_METHODS, PATTERN_STRATEGIES, PatternComponent, PatternQuery
 from .sequence import GapSpec, SequenceComponent, SequenceQuery
 
-__all__ = ["GapSpec", "JOIN_STRATEGIES", "JoinQuery", "QueryError", "SequenceComponent", "SequenceQuery",
-           "Source", "parse", "parse_expression"]
+__all__ = ["GapSpec", "JOIN_STRATEGIES", "JoinQuery", "PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternComponent",
+           "PatternQuery", "QueryError", "SequenceComponent", "SequenceQuery", "Source", "parse", "parse_expression"]

@@ -1,16 +1,193 @@
-"""The pattern form of the query language (SASE over imprecise timestamps)."""
+"""The pattern form of the query language (SASE over imprecise timestamps)::
+
+    PATTERN SEQ(TaskStart a, CPU b, TaskFinish c, CPU d)
+    WHERE a.taskId = c.taskId AND b.nodeId = a.nodeId AND b.value > 95
+      AND skip_till_any_match(a, b, c, d)
+    WITHIN 150 RETURN a, b, c WITH CONFIDENCE 0.5 USING sorted
+
+A component's type is the name of the stream its events come from (compared
+case-insensitively). Each ``WHERE`` conjunct is checked as soon as every variable it
+names is bound, i.e. at the component of its last variable in pattern order; an
+equality ``x.k = y.k'`` chain that reaches every component partitions the state (SASE's
+partitioned active instance stacks). ``WITHIN W`` holds when ``t_last - t_first < W``;
+with a unit, ``W`` is converted to seconds. Without a selection strategy the query
+uses ``skip_till_any_match``; without ``USING`` it is evaluated by ``sorted``.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from lark import v_args
 
-from .ast import ExprBuilder
+from .ast import Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, conjuncts, variables_of
 from .errors import QueryError
 
-__all__ = ["PatternBuilder"]
+__all__ = ["PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternBuilder", "PatternComponent", "PatternQuery"]
+
+#: Selection strategies (section 2.1): every event may start a run; the next component is
+#: any later relevant event, or only the next one in occurrence time.
+PATTERN_STRATEGIES = ("skip_till_any_match", "skip_till_next_match")
+#: Evaluation methods (sections 3, 4.1-4.3); every method returns the same matches.
+PATTERN_METHODS = ("point", "any_state", "sorted", "selectivity")
+
+
+@dataclass(frozen=True)
+class PatternComponent:
+    """``Type var`` in ``SEQ(...)``: events of stream ``stream`` bound to ``var``."""
+
+    stream: str
+    var: str
+
+
+@dataclass(frozen=True)
+class PatternQuery:
+    """A parsed pattern query.
+
+    ``steps[j]`` holds the conjuncts checked when component ``j`` is bound (those whose
+    last variable in pattern order is component ``j``). ``partition`` names, per
+    component, the attribute of an equality shared by every component, or is ``None``.
+    ``window`` is W in the events' time unit; ``time_unit`` is the grid step.
+    """
+
+    components: tuple[PatternComponent, ...]
+    steps: tuple[tuple[Expr, ...], ...]
+    window: float
+    strategy: str = "skip_till_any_match"
+    returns: tuple[str, ...] = ()
+    threshold: float | None = None
+    method: str = "sorted"
+    partition: tuple[str, ...] | None = None
+    time_unit: float = 1.0
+    kind: str = field(default="pattern", init=False)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(c.var for c in self.components)
+
+    @property
+    def length(self) -> int:
+        """The pattern length l."""
+        return len(self.components)
+
+
+def _strategy(call: Call, variables: tuple[str, ...]) -> str:
+    """The strategy named by ``skip_till_any_match(a, b, ...)``, which must list every variable in order."""
+    name = call.name.casefold()
+    if name not in PATTERN_STRATEGIES:
+        raise QueryError.at(call, f"unknown function {call.name!r} (a selection strategy is one of: "
+                            f"{', '.join(PATTERN_STRATEGIES)})")
+    named = tuple(a.name if isinstance(a, Var) else "" for a in call.args)
+    if named != variables:
+        raise QueryError.at(call, f"{name} takes the pattern's variables in order: "
+                            f"{name}({', '.join(variables)})")
+    return name
+
+
+def _partition(keys: list[tuple[Attr, Attr]], variables: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Per component, the attribute of one equality class that covers every component."""
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(node):
+        while parent.setdefault(node, node) != node:
+            node = parent[node]
+        return node
+
+    for left, right in keys:
+        parent[root((left.var, left.name))] = root((right.var, right.name))
+    classes: dict[tuple[str, str], dict[str, str]] = {}
+    for node in list(parent):
+        classes.setdefault(root(node), {}).setdefault(node[0], node[1])
+    for members in classes.values():
+        if all(v in members for v in variables):
+            return tuple(members[v] for v in variables)
+    return None
 
 
 @v_args(meta=True)
 class PatternBuilder(ExprBuilder):
+    def pattern_component(self, meta, children):
+        return PatternComponent(str(children[0]), str(children[1]))
+
+    def pattern_return(self, meta, children):
+        return [(str(name), name) for name in children]
+
+    def pattern_confidence(self, meta, children):
+        return children[0]
+
+    def pattern_using(self, meta, children):
+        return children[0]
+
     def pattern_query(self, meta, children):
-        raise QueryError.at(meta, "pattern queries are not supported yet")
+        *components, condition, within, returns, confidence, using = children
+        variables = tuple(c.var for c in components)
+        seen: set[str] = set()
+        for variable in variables:
+            if variable in seen:
+                raise QueryError.at(meta, f"variable {variable!r} is used twice in SEQ(...)")
+            seen.add(variable)
+        order = {v: j for j, v in enumerate(variables)}
+        steps: list[list[Expr]] = [[] for _ in variables]
+        strategy = None
+        keys: list[tuple[Attr, Attr]] = []
+        for term in conjuncts(condition):
+            if isinstance(term, Call) and term.name.casefold() in PATTERN_STRATEGIES:
+                if strategy is not None:
+                    raise QueryError.at(term, "the selection strategy is given twice")
+                strategy = _strategy(term, variables)
+                continue
+            _check_names(term, order)
+            used = variables_of(term)
+            if not used:
+                raise QueryError.at(term, "a condition must refer to a component's attribute")
+            steps[max(order[v] for v in used)].append(term)
+            if (isinstance(term, Compare) and term.op == "=" and isinstance(term.left, Attr)
+                    and isinstance(term.right, Attr) and term.left.var != term.right.var):
+                keys.append((term.left, term.right))
+        window = _window(within)
+        returned = tuple(variables)
+        if returns is not None:
+            for name, token in returns:
+                if name not in order:
+                    raise QueryError(f"RETURN names unknown variable {name!r} (the pattern's are "
+                                     f"{', '.join(variables)})", token.line, token.column)
+            names = {name for name, _ in returns}
+            returned = tuple(v for v in variables if v in names)
+        threshold = None
+        if confidence is not None:
+            if not 0 < confidence.value <= 1:
+                raise QueryError.at(confidence, f"the confidence must be in (0, 1], got {confidence.value!r}")
+            threshold = float(confidence.value)
+        method = "sorted"
+        if using is not None:
+            method = str(using).lower()
+            if method not in PATTERN_METHODS:
+                raise QueryError(f"unknown method {str(using)!r} (one of: {', '.join(PATTERN_METHODS)})",
+                                 using.line, using.column)
+        return PatternQuery(tuple(components), tuple(tuple(s) for s in steps), window,
+                            strategy or "skip_till_any_match", returned, threshold, method,
+                            _partition(keys, variables))
+
+
+def _check_names(term: Expr, order: dict[str, int]) -> None:
+    """Every variable in ``term`` is a pattern variable, and bare variables and calls are not conditions."""
+    if isinstance(term, Var):
+        raise QueryError.at(term, f"a bare variable {term.name!r} is not a condition; "
+                                  f"use {term.name}.attribute")
+    if isinstance(term, Call):
+        raise QueryError.at(term, f"unknown function {term.name!r}")
+    if isinstance(term, Attr):
+        if term.var not in order:
+            raise QueryError.at(term, f"unknown variable {term.var!r} (the pattern's are {', '.join(order)})")
+        return
+    for child in (getattr(term, name) for name in ("operand", "left", "right") if hasattr(term, name)):
+        _check_names(child, order)
+    for child in getattr(term, "operands", ()):
+        _check_names(child, order)
+
+
+def _window(within: Duration) -> float:
+    window = within.seconds() if within.unit is not None else within.value
+    if window <= 0:
+        raise QueryError.at(within, f"the window must be > 0, got {within.value!r}")
+    return window

@@ -1,0 +1,227 @@
+"""Events on the query's discrete grid, and the pattern compiled for matching.
+
+An event's uncertainty interval ``UI = [lower, upper]`` (section 2.2) is read on the
+query's grid: instants are numbered ``lo, lo + 1, ..., hi`` in grid steps, with the
+event's pmf (uniform by default). Instants of zero probability at either end are
+trimmed, so ``lo`` and ``hi`` bound the instants the event can really occur at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import Event
+from ..query.ast import Attr, BinOp, Bool, Compare, Const, Expr, Not, Unary, attrs_of, evaluate, variables_of
+from ..query.pattern import PatternQuery
+from ..timestamps import Interval
+
+__all__ = ["CompiledPattern", "Found", "GridEvent", "to_grid"]
+
+
+class GridEvent:
+    """One event on the grid: ``key = (stream, id)``, support ``[lo, hi]`` and, over it,
+    ``probs`` (built on first use for the common uniform interval)."""
+
+    __slots__ = ("key", "stream", "id", "attrs", "lo", "hi", "_probs")
+
+    def __init__(self, stream: str, event_id: str, attrs: Mapping[str, Any], lo: int, hi: int,
+                 probs: np.ndarray | None = None):
+        self.key = (stream.casefold(), event_id)
+        self.stream = stream
+        self.id = event_id
+        self.attrs = dict(attrs)
+        self.lo = lo
+        self.hi = hi
+        self._probs = probs
+
+    @property
+    def probs(self) -> np.ndarray:
+        if self._probs is None:
+            self._probs = np.full(self.hi - self.lo + 1, 1.0 / (self.hi - self.lo + 1))
+        return self._probs
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state):
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"GridEvent({self.stream}:{self.id} [{self.lo}, {self.hi}])"
+
+
+def to_grid(event: Event, unit: float) -> GridEvent:
+    """The event's discrete reading, or a :class:`ValidationError` naming the field."""
+    ts = event.ts
+    if not isinstance(ts, Interval):
+        raise ValidationError("ts", "a pattern query reads an interval {lo, hi[, pmf]}, "
+                              "not a histogram timestamp")
+    first = ts.lo / unit
+    if abs(first - round(first)) > 1e-9 * max(1.0, abs(first)):
+        raise ValidationError("ts.lo", f"{ts.lo!r} is not on the query's grid of step {unit!r}")
+    if ts.pmf is None and unit == 1.0 and ts.hi.is_integer():
+        return GridEvent(event.stream, event.id, event.attrs, int(ts.lo), int(ts.hi))
+    instants, probs = ts.grid(unit)
+    support = np.flatnonzero(probs > 0)
+    lo = int(round(first)) + int(support[0])
+    hi = int(round(first)) + int(support[-1])
+    return GridEvent(event.stream, event.id, event.attrs, lo, hi,
+                     np.ascontiguousarray(probs[support[0]: support[-1] + 1]))
+
+
+@dataclass
+class Found:
+    """A match signature found by an engine: its events in pattern order and their valid
+    intervals ``[vlb, vub]``; the point-based framework adds its point matches."""
+
+    events: tuple[GridEvent, ...]
+    vlb: tuple[int, ...]
+    vub: tuple[int, ...]
+    points: list[tuple[int, ...]] | None = None
+
+
+class CompiledPattern:
+    """The query's components, conditions and window in the form the engines use.
+
+    ``admits(bound, j, event)`` checks the conjuncts that become decidable when ``event``
+    binds component ``j`` next to the components already in ``bound`` (SASE's deferred
+    predicates); conjuncts on component ``j`` alone are checked once, in :meth:`components_of`.
+    """
+
+    def __init__(self, query: PatternQuery):
+        self.query = query
+        self.length = query.length
+        self.variables = query.variables
+        self.window = _window_steps(query.window, query.time_unit)
+        self.next_match = query.strategy == "skip_till_next_match"
+        self._streams = [c.stream.casefold() for c in query.components]
+        order = {v: j for j, v in enumerate(self.variables)}
+        self._filters: list[list[Expr]] = [[] for _ in self.variables]
+        self._joins: list[list[tuple[Expr, frozenset[int]]]] = [[] for _ in self.variables]
+        for step in query.steps:
+            for term in step:
+                used = frozenset(order[v] for v in variables_of(term))
+                if len(used) == 1:
+                    self._filters[next(iter(used))].append(term)
+                else:
+                    for j in used:
+                        self._joins[j].append((term, used))
+
+    def items_of(self, events: list[Event]) -> list[tuple[int, int]]:
+        """``(i, j)`` for every component ``j`` whose type and one-variable conditions
+        ``events[i]`` satisfies, the conditions evaluated over the whole block at once."""
+        streams = np.array([e.stream.casefold() for e in events], dtype=object)
+        items = []
+        for j, name in enumerate(self._streams):
+            chosen = np.flatnonzero(streams == name)
+            if chosen.size and self._filters[j]:
+                chosen = chosen[_block_filter(self._filters[j], self.variables[j],
+                                              [events[i].attrs for i in chosen])]
+            items.extend((i, j) for i in chosen.tolist())
+        return items
+
+    def partition_of(self, event: GridEvent, j: int):
+        """The partition key of ``event`` as component ``j`` (``()`` without a partition),
+        or ``None`` when it lacks the key attribute and so can match nothing."""
+        if self.query.partition is None:
+            return ()
+        return event.attrs.get(self.query.partition[j])
+
+    def admits(self, bound: Mapping[int, GridEvent], j: int, event: GridEvent) -> bool:
+        terms = self._joins[j]
+        if not terms:
+            return True
+        bindings = None
+        for term, used in terms:
+            if all(k == j or k in bound for k in used):
+                if bindings is None:
+                    bindings = {self.variables[k]: e.attrs for k, e in bound.items()}
+                    bindings[self.variables[j]] = event.attrs
+                if evaluate(term, bindings) is not True:
+                    return False
+        return True
+
+
+class _PerEvent(Exception):
+    """The block's values or the condition need the per-event evaluator."""
+
+
+def _block_filter(terms: list[Expr], variable: str, events: list[Mapping[str, Any]]) -> np.ndarray:
+    """Which events (their attributes) satisfy every one of ``terms`` (on ``variable`` alone), exactly as
+    :func:`~penumbra.query.ast.evaluate` decides; numeric conditions run on numpy arrays."""
+    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        for term in terms:
+            for attr in attrs_of(term):
+                if attr.name not in columns:
+                    columns[attr.name] = _numeric_column([e.get(attr.name) for e in events])
+        with np.errstate(all="ignore"):
+            keep = np.ones(len(events), dtype=bool)
+            for term in terms:
+                keep &= _truth(term, columns)
+        return keep
+    except _PerEvent:
+        return np.array([all(evaluate(t, {variable: e}) is True for t in terms) for e in events],
+                        dtype=bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numeric_column(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Values and a mask of present ones; any non-numeric value sends the block per event."""
+    kinds = set(map(type, values))
+    if not kinds <= {int, float, type(None)}:
+        raise _PerEvent
+    if type(None) not in kinds:
+        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
+    present = np.array([v is not None for v in values], dtype=bool)
+    return np.array([v if v is not None else np.nan for v in values], dtype=np.float64), present
+
+
+_COMPARE = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+            ">": np.greater, ">=": np.greater_equal}
+_ARITHMETIC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "%": np.mod}
+
+
+def _truth(expr: Expr, columns) -> np.ndarray:
+    if isinstance(expr, Compare):
+        left, left_ok = _value(expr.left, columns)
+        right, right_ok = _value(expr.right, columns)
+        return left_ok & right_ok & _COMPARE[expr.op](left, right)
+    if isinstance(expr, Bool):
+        parts = [_truth(e, columns) for e in expr.operands]
+        return np.logical_and.reduce(parts) if expr.op == "and" else np.logical_or.reduce(parts)
+    if isinstance(expr, Not):
+        return ~_truth(expr.operand, columns)
+    raise _PerEvent
+
+
+def _value(expr: Expr, columns) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(expr, Const) and _is_number(expr.value):
+        return np.float64(expr.value), np.True_
+    if isinstance(expr, Attr):
+        return columns[expr.name]
+    if isinstance(expr, Unary):
+        value, ok = _value(expr.operand, columns)
+        return (-value if expr.op == "-" else value), ok
+    if isinstance(expr, BinOp):
+        left, left_ok = _value(expr.left, columns)
+        right, right_ok = _value(expr.right, columns)
+        ok = left_ok & right_ok
+        if expr.op in ("/", "%"):
+            ok = ok & (right != 0)
+        return _ARITHMETIC[expr.op](left, right), ok
+    raise _PerEvent
+
+
+def _window_steps(window: float, unit: float) -> int:
+    """W in grid steps: ``t_l - t_1 < W`` holds for grid instants iff their step difference is below this."""
+    steps = window / unit
+    return int(np.ceil(steps - 1e-9 * max(1.0, steps)))

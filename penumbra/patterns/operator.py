@@ -1,0 +1,251 @@
+"""The pattern operator: blocks of events in, final matches and observations out.
+
+Time is driven by the data (section 3, step 1): ``now.lower`` is the largest lower
+bound seen and ``U_max`` the longest interval (the streams' declared ``pi`` when every
+pattern stream declares one, else the longest seen), so by the arrival-order
+constraint every unseen event starts at or after ``now.lower - U_max`` (less the
+streams' max delay D). A heartbeat given through :meth:`PatternOperator.evict` moves
+this safe time further. An event that starts before the safe time already used is late:
+it is reported with the reason, never evaluated.
+
+A match is emitted once, when final: for *skip till any match* as soon as it is found
+(its confidence depends on its own events only); for *skip till next match* once the safe
+time passes its last valid upper bound, when no event still to come can fall between two
+of its points, so no NELT update can prune it and its confidence ``C_next`` is fixed.
+
+State is partitioned by the equality shared by every component (``a.nodeId =
+b.nodeId = ...``), as SASE partitions its active instance stacks.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import zlib
+from typing import Any, Sequence
+
+from ..errors import ValidationError
+from ..events import Event, Streams
+from ..timestamps import Interval
+from ..operator import BlockResult, Late, Match, Operator, check_threshold
+from ..query.pattern import PatternQuery
+from .any_state import AnyStateEngine, SelectivityEngine
+from .confidence import chain_confidence, point_confidence
+from .engine import Engine
+from .model import CompiledPattern, Found, GridEvent, to_grid
+from .point import PointEngine
+from .query_order import SortedEngine
+
+__all__ = ["PatternOperator"]
+
+ENGINES: dict[str, type[Engine]] = {"point": PointEngine, "any_state": AnyStateEngine,
+                                    "sorted": SortedEngine, "selectivity": SelectivityEngine}
+
+
+class Partition:
+    """The state of one partition: the method's engine and matches awaiting finality."""
+
+    __slots__ = ("engine", "pending")
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.pending: list[Found] = []
+
+    def __getstate__(self):
+        return self.engine, self.pending
+
+    def __setstate__(self, state):
+        self.engine, self.pending = state
+
+
+class PatternOperator(Operator):
+    """Evaluates one pattern query with the method it names (``USING``)."""
+
+    def __init__(self, query: PatternQuery, streams: Streams | None = None):
+        self.query = query
+        self.pattern = CompiledPattern(query)
+        self.unit = query.time_unit
+        names = {c.stream.casefold() for c in query.components}
+        params = [streams.get_or_default(name) if streams is not None else None for name in names]
+        declared = [p.pi for p in params if p is not None and p.pi is not None]
+        self.declared_span = max(declared) / self.unit if declared and len(declared) == len(names) else None
+        self.delay = max([p.max_delay for p in params if p is not None] + [0.0]) / self.unit
+        self.streams = names
+        self.threshold = query.threshold
+        self.now_lower = -math.inf
+        self.span = self.declared_span or 0.0
+        self.heartbeat = -math.inf
+        self.horizon = -math.inf
+        self.partitions: dict[Any, Partition] = {}
+        self.queued: list[tuple[Match, dict]] = []
+        self.counts = {"events": 0, "ignored": 0, "late": 0, "matches": 0,
+                       "below_threshold": 0, "pruned": 0, "evicted": 0}
+
+    # --- the Operator interface ------------------------------------------------------
+
+    def feed(self, events: Sequence[Event]) -> BlockResult:
+        result = BlockResult()
+        accepted: list[Event] = []
+        self.counts["events"] += len(events)
+        for event in events:
+            if event.stream.casefold() not in self.streams:
+                self.counts["ignored"] += 1
+            elif not isinstance(event.ts, Interval):
+                result.late.append(Late(event, "a pattern query reads an interval {lo, hi[, pmf]}, "
+                                               "not a histogram timestamp"))
+            elif event.ts.lo / self.unit < self.horizon:
+                result.late.append(Late(event, self._late_reason(event)))
+            else:
+                accepted.append(event)
+        if accepted:
+            self.now_lower = max(self.now_lower, max(e.ts.lo for e in accepted) / self.unit)
+            if self.declared_span is None:
+                self.span = max([self.span] + [(e.ts.hi - e.ts.lo) / self.unit for e in accepted])
+        on_grid: dict[int, GridEvent] = {}
+        items: list[tuple[GridEvent, int]] = []
+        for i, j in self.pattern.items_of(accepted):
+            if i not in on_grid:
+                try:
+                    on_grid[i] = to_grid(accepted[i], self.unit)
+                except ValidationError as error:
+                    result.late.append(Late(accepted[i], f"cannot be read on the pattern's time grid: "
+                                                         f"{error}"))
+                    on_grid[i] = None
+            if on_grid[i] is not None:
+                items.append((on_grid[i], j))
+        self.counts["late"] += len(result.late)
+        self._route(items)
+        return self._advance(result)
+
+    def flush(self) -> BlockResult:
+        self.heartbeat = math.inf
+        return self._advance(BlockResult())
+
+    def set_threshold(self, threshold: float) -> None:
+        self.threshold = check_threshold(threshold, "confidence")
+
+    def evict(self, watermark: float) -> int:
+        """A heartbeat: every event still to come starts at or after ``watermark``.
+
+        Buffered events it makes safe are evaluated; matches it makes final come out with
+        the next :meth:`feed` or :meth:`flush`. Returns how many indexed events went."""
+        before = self.counts["evicted"]
+        self.heartbeat = max(self.heartbeat, watermark / self.unit)
+        result = self._advance(BlockResult())
+        self.queued.extend(zip(result.matches, result.observations["matches"]))
+        return self.counts["evicted"] - before
+
+    def snapshot(self) -> bytes:
+        return zlib.compress(pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL))
+
+    @classmethod
+    def restore(cls, data: bytes) -> PatternOperator:
+        operator = cls.__new__(cls)
+        operator.__dict__.update(pickle.loads(zlib.decompress(data)))
+        return operator
+
+    @property
+    def counters(self) -> dict[str, int | float]:
+        return dict(self.counts, partitions=len(self.partitions),
+                    open_runs=sum(p.engine.open_runs() for p in self.partitions.values()))
+
+    # --- evaluation ------------------------------------------------------------------
+
+    def _late_reason(self, event: Event) -> str:
+        return (f"starts at {event.ts.lo!r}, before {self.horizon * self.unit!r}, the safe time up to "
+                f"which the pattern has already been evaluated (arrival order: every event must "
+                f"start at or after now.lower - U_max - D, and after the last heartbeat)")
+
+    def _route(self, items: list[tuple[GridEvent, int]]) -> None:
+        by_partition: dict[Any, list[tuple[GridEvent, int]]] = {}
+        for event, j in sorted(items, key=lambda item: (item[0].lo, item[1])):
+            key = self.pattern.partition_of(event, j)
+            if key is not None:
+                by_partition.setdefault(key, []).append((event, j))
+        method = ENGINES[self.query.method]
+        for key, items in by_partition.items():
+            if key not in self.partitions:
+                self.partitions[key] = Partition(method(self.pattern))
+            self.partitions[key].engine.add(items)
+
+    def _advance(self, result: BlockResult) -> BlockResult:
+        self.horizon = max(self.horizon, self.now_lower - self.span - self.delay, self.heartbeat)
+        details = [detail for _, detail in self.queued]
+        result.matches.extend(match for match, _ in self.queued)
+        self.queued = []
+        for key in list(self.partitions):
+            partition = self.partitions[key]
+            engine = partition.engine
+            pruned = engine.pruned
+            for found in engine.advance(self.horizon):
+                if self.pattern.next_match:
+                    partition.pending.append(found)
+                else:
+                    self._emit(engine, found, result.matches, details)
+            final = [f for f in partition.pending if f.vub[-1] <= self.horizon]
+            if final:
+                partition.pending = [f for f in partition.pending if f.vub[-1] > self.horizon]
+                for found in final:
+                    self._emit(engine, found, result.matches, details)
+            self.counts["pruned"] += engine.pruned - pruned
+            engine.pruned = pruned
+            low = min([self.horizon] + [e.lo for f in partition.pending for e in f.events])
+            self.counts["evicted"] += engine.evict_index(low)
+            if not partition.pending and engine.open_runs() == 0 and not any(engine.buffered()) \
+                    and not any(engine.index):
+                del self.partitions[key]
+        result.observations = self._observe(details)
+        return result
+
+    def _emit(self, engine: Engine, found: Found, matches: list[Match], details: list[dict]) -> None:
+        gaps = self._excluders(engine, found) if self.pattern.next_match else None
+        if found.points is not None:
+            confidence, first, last = point_confidence(found.events, found.points, gaps)
+        else:
+            confidence, first, last = chain_confidence(found.events, found.vlb, found.vub,
+                                                       self.pattern.window, gaps)
+        if not confidence > 0 or (self.threshold is not None and confidence < self.threshold):
+            self.counts["below_threshold"] += 1
+            return
+        self.counts["matches"] += 1
+        returned = set(self.query.returns)
+        match = Match({v: e.id for v, e in zip(self.pattern.variables, found.events) if v in returned},
+                      confidence, (first * self.unit, last * self.unit))
+        matches.append(match)
+        details.append({
+            "events": dict(match.events), "prob": confidence, "range": list(match.range),
+            "intervals": {v: [e.lo * self.unit, e.hi * self.unit]
+                          for v, e in zip(self.pattern.variables, found.events)},
+            "valid": {v: [lo * self.unit, hi * self.unit]
+                      for v, lo, hi in zip(self.pattern.variables, found.vlb, found.vub)},
+        })
+
+    def _excluders(self, engine: Engine, found: Found) -> list[list[GridEvent]]:
+        """``S-bar_{m_{g+1}}`` of Algorithm 1: the events seen that could match component
+        ``g + 1`` right after the match's first ``g + 1`` events (SASE checks a component's
+        conditions when it is bound, so conditions on later components do not count)."""
+        keys = {e.key for e in found.events}
+        gaps = []
+        for g in range(len(found.events) - 1):
+            prefix = dict(enumerate(found.events[: g + 1]))
+            gaps.append([e for e in engine.index[g + 1]
+                         if e.key not in keys and self.pattern.admits(prefix, g + 1, e)])
+        return gaps
+
+    def _observe(self, details: list[dict]) -> dict[str, Any]:
+        buffered = [0] * self.pattern.length
+        for partition in self.partitions.values():
+            for j, count in enumerate(partition.engine.buffered()):
+                buffered[j] += count
+        return {
+            "method": self.query.method,
+            "open_runs": sum(p.engine.open_runs() for p in self.partitions.values()),
+            "buffered": dict(zip(self.pattern.variables, buffered)),
+            "awaiting_final": sum(len(p.pending) for p in self.partitions.values()),
+            "partitions": len(self.partitions),
+            "safe_time": self.horizon * self.unit,
+            "emitted": self.counts["matches"],
+            "pruned": self.counts["pruned"],
+            "below_threshold": self.counts["below_threshold"],
+            "matches": details,
+        }
