@@ -55,7 +55,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import Event, Streams
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
-from ..query.ast import Attr, Compare, Expr, attrs_of, evaluate, variables_of
+from ..query.ast import Attr, Compare, Expr, attrs_of, equality_classes, evaluate, variables_of
 from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..timestamps import Interval
@@ -154,20 +154,8 @@ def _key_attributes(query: SequenceQuery, never_missed: set[str]) -> dict[str, s
     """
     common = _equalities(set(query.clauses[0].joint).intersection(*(c.joint for c in query.clauses[1:])))
     positives = {query.components[k].var for k in query.positives}
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def find(node):
-        while parent.setdefault(node, node) != node:
-            node = parent[node]
-        return node
-
-    for left, right in common:
-        if left.var in positives and right.var in positives:
-            parent[find((left.var, left.name))] = find((right.var, right.name))
-    classes: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for var, name in list(parent):
-        classes.setdefault(find((var, name)), {}).setdefault(var, []).append(name)
-    for by_var in classes.values():
+    for by_var in equality_classes((left, right) for left, right in common
+                                   if left.var in positives and right.var in positives):
         if positives <= set(by_var) and all(len(by_var[v]) == 1 for v in positives):
             keys = {var: names[0] for var, names in by_var.items()}
             for left, right in common:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from lark import Token, Transformer, v_args
 
@@ -23,7 +23,7 @@ from .errors import QueryError
 
 __all__ = [
     "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
-    "Not", "Unary", "Var", "attrs_of", "conjuncts", "evaluate", "variables_of",
+    "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate", "variables_of",
 ]
 
 
@@ -208,6 +208,25 @@ def attrs_of(expr: Expr) -> list[Attr]:
 
 def variables_of(expr: Expr) -> set[str]:
     return {a.var for a in attrs_of(expr)}
+
+
+def equality_classes(equalities: Iterable[tuple[Attr, Attr]]) -> list[dict[str, list[str]]]:
+    """The classes of attributes that equalities ``a.x = b.y`` make equal (union-find),
+    each as {variable: its attributes in the class}; SASE partitions state by such a class
+    when it covers every component."""
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(node: tuple[str, str]) -> tuple[str, str]:
+        while parent.setdefault(node, node) != node:
+            node = parent[node]
+        return node
+
+    for left, right in equalities:
+        parent[root((left.var, left.name))] = root((right.var, right.name))
+    classes: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for var, name in list(parent):
+        classes.setdefault(root((var, name)), {}).setdefault(var, []).append(name)
+    return list(classes.values())
 
 
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul,

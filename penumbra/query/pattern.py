@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, conjuncts, variables_of
+from .ast import Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, conjuncts, equality_classes, variables_of
 from .errors import QueryError
 
 __all__ = ["PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternBuilder", "PatternComponent", "PatternQuery"]
@@ -86,21 +86,9 @@ def _strategy(call: Call, variables: tuple[str, ...]) -> str:
 
 def _partition(keys: list[tuple[Attr, Attr]], variables: tuple[str, ...]) -> tuple[str, ...] | None:
     """Per component, the attribute of one equality class that covers every component."""
-    parent: dict[tuple[str, str], tuple[str, str]] = {}
-
-    def root(node):
-        while parent.setdefault(node, node) != node:
-            node = parent[node]
-        return node
-
-    for left, right in keys:
-        parent[root((left.var, left.name))] = root((right.var, right.name))
-    classes: dict[tuple[str, str], dict[str, str]] = {}
-    for node in list(parent):
-        classes.setdefault(root(node), {}).setdefault(node[0], node[1])
-    for members in classes.values():
+    for members in equality_classes(keys):
         if all(v in members for v in variables):
-            return tuple(members[v] for v in variables)
+            return tuple(members[v][0] for v in variables)
     return None
 
 
