@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import pickle
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -56,16 +57,33 @@ _COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "ig
 
 
 class JoinMatches(Sequence[Match]):
-    """The matches of one block as arrays; :class:`Match` objects are made on access."""
+    """The matches of one block, kept as index arrays into the buffers' id arrays;
+    ids are gathered and :class:`Match` objects made only when asked for."""
 
-    def __init__(self, names: tuple[str, str], a_ids: np.ndarray, b_ids: np.ndarray, probs: np.ndarray):
+    def __init__(self, names: tuple[str, str], parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
         self.names = names
-        self.a_ids = a_ids
-        self.b_ids = b_ids
-        self.probs = probs
+        self._parts = parts          # (A ids, A rows, B ids, B rows, probabilities)
+        self._length = sum(len(part[4]) for part in parts)
 
     def __len__(self) -> int:
-        return len(self.probs)
+        return self._length
+
+    @cached_property
+    def a_ids(self) -> np.ndarray:
+        return self._gather(0)
+
+    @cached_property
+    def b_ids(self) -> np.ndarray:
+        return self._gather(2)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        return np.concatenate([part[4] for part in self._parts]) if self._parts else np.empty(0)
+
+    def _gather(self, k: int) -> np.ndarray:
+        if not self._parts:
+            return np.empty(0, dtype=object)
+        return np.concatenate([part[k][part[k + 1]] for part in self._parts])
 
     def __getitem__(self, k):
         if isinstance(k, slice):
@@ -253,7 +271,7 @@ class JoinOperator(Operator):
             if len(partitions) < PARTITION_SAMPLES:
                 partitions.extend(self._partition_sample(buffers, rows, PARTITION_SAMPLES - len(partitions)))
         evicted = self.evict(self.watermark)
-        result = self._collect(matches)
+        result = JoinMatches(self.names, matches)
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},
@@ -268,21 +286,16 @@ class JoinOperator(Operator):
         }
         return BlockResult(result, late, observations)
 
-    def _collect(self, parts) -> JoinMatches:
-        if not parts:
-            empty = np.empty(0, dtype=object)
-            return JoinMatches(self.names, empty, empty, np.empty(0))
-        return JoinMatches(self.names, np.concatenate([p[0] for p in parts]),
-                           np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
-
     # --- strategies --------------------------------------------------------------------
 
     def _join_block(self, buffers: list[Rows], new: list[Rows], matches, near) -> None:
         """Algorithm 5: new A against all of B (old and new), new B against old A."""
         old_a = buffers[0]
         buffers[1] = buffers[1].append(new[1], keep_sorted=True)
-        self._probe(self._window_pairs(new[0], buffers[1], base_is_a=True), matches, near)
-        self._probe(self._window_pairs(new[1], old_a, base_is_a=False), matches, near)
+        for base, target, base_is_a in ((new[0], buffers[1], True), (new[1], old_a, False)):
+            certain, uncertain = self._window_pairs(base, target, base_is_a=base_is_a)
+            self._emit_certain(certain, matches)
+            self._probe(uncertain, matches, near)
         buffers[0] = old_a.append(new[0], keep_sorted=True)
 
     def _join_each(self, buffers: list[Rows], new: list[Rows], sequence, matches, near) -> None:
@@ -292,7 +305,8 @@ class JoinOperator(Operator):
             event = new[k].take(slice(i, i + 1))
             partner = buffers[1 - k]
             if self.strategy == "eager":
-                pairs = self._window_pairs(event, partner, base_is_a=(k == 0))
+                certain, pairs = self._window_pairs(event, partner, base_is_a=(k == 0))
+                self._emit_certain(certain, matches)
             else:
                 everyone = np.arange(len(partner))
                 zeros = np.zeros(len(partner), dtype=np.int64)
@@ -300,21 +314,36 @@ class JoinOperator(Operator):
             self._probe(pairs, matches, near, exhaustive=self.strategy != "eager")
             buffers[k] = buffers[k].append(event, keep_sorted=keep_sorted)
 
-    def _window_pairs(self, base: Rows, target: Rows, *, base_is_a: bool) -> _Pairs:
-        """Every (base, target) pair whose probability can be above 0: the target's max time
-        in ``(min(H_base) - d, max(H_base) + d + pi_target)`` (outside: the violation range)."""
-        if not len(base) or not len(target):
-            empty = np.empty(0, dtype=np.int64)
-            return _Pairs(base, target, empty, empty) if base_is_a else _Pairs(target, base, empty, empty)
+    def _window_pairs(self, base: Rows, target: Rows, *, base_is_a: bool) -> tuple[_Pairs, _Pairs]:
+        """The (base, target) pairs whose probability can be above 0, split into those
+        certain to be 1 and the rest. On the target's max time (sorted), with pi_T its
+        longest timestamp: above 0 needs ``(min(H_base) - d, max(H_base) + d + pi_T)``
+        (outside: the violation range); the satisfaction range of Eq. 6,
+        ``[max(H_base) - d + pi_T, min(H_base) + d]``, is 1 for every pair; the two
+        probing ranges between are left for :meth:`_probe`."""
+        pi = target.longest()
         start = np.searchsorted(target.hi, base.lo - self.d, side="right")
-        stop = np.searchsorted(target.hi, base.hi + self.d + target.longest(), side="left")
-        counts = np.maximum(stop - start, 0)
-        base_index = np.repeat(np.arange(len(base)), counts)
-        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        target_index = np.repeat(start, counts) + offsets
+        stop = np.maximum(np.searchsorted(target.hi, base.hi + self.d + pi, side="left"), start)
+        sr_start = np.clip(np.searchsorted(target.hi, base.hi - self.d + pi, side="left"), start, stop)
+        sr_stop = np.clip(np.searchsorted(target.hi, base.lo + self.d, side="right"), sr_start, stop)
+        certain = _range_pairs(sr_start, sr_stop)
+        uncertain = [_range_pairs(start, sr_start), _range_pairs(sr_stop, stop)]
+        base_index = np.concatenate([u[0] for u in uncertain])
+        target_index = np.concatenate([u[1] for u in uncertain])
         if base_is_a:
-            return _Pairs(base, target, base_index, target_index)
-        return _Pairs(target, base, target_index, base_index)
+            return _Pairs(base, target, *certain), _Pairs(base, target, base_index, target_index)
+        return _Pairs(target, base, certain[1], certain[0]), _Pairs(target, base, target_index, base_index)
+
+    def _emit_certain(self, pairs: _Pairs, matches) -> None:
+        """Pairs of the satisfaction range: matches with probability exactly 1."""
+        ia, ib = pairs.ia, pairs.ib
+        if self.self_join:
+            other = pairs.a.ids[ia] != pairs.b.ids[ib]
+            ia, ib = ia[other], ib[other]
+        if len(ia):
+            self.totals["pairs"] += len(ia)
+            self.totals["certain"] += len(ia)
+            matches.append((pairs.a.ids, ia, pairs.b.ids, ib, np.ones(len(ia))))
 
     def _probe(self, pairs: _Pairs, matches, near, *, exhaustive: bool = False) -> None:
         """Decide candidate pairs: void and certain pairs by their supports, template pairs by
@@ -354,7 +383,7 @@ class JoinOperator(Operator):
                              "prob": float(probs[m])})
         hit = np.flatnonzero(probs >= self.threshold)
         if len(hit):
-            matches.append((a.ids[ia[hit]], b.ids[ib[hit]], probs[hit]))
+            matches.append((a.ids, ia[hit], b.ids, ib[hit], probs[hit]))
 
     def _templates_decide(self, a: Rows, b: Rows, ia, ib, probed: np.ndarray, near) -> np.ndarray:
         """Theorem 2 for template pairs: drop the violated ones (counting near misses with
@@ -556,3 +585,11 @@ class JoinOperator(Operator):
                             for hi, lo, edges, probs, template, ids in rows]
                       for key, rows in state["buffers"].items()}
         return op
+
+
+def _range_pairs(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``[start_r, stop_r)`` of target rows, every (r, target row) pair."""
+    counts = np.maximum(stop - start, 0)
+    base_index = np.repeat(np.arange(len(start)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return base_index, np.repeat(start, counts) + offsets
