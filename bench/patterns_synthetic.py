@@ -99,7 +99,7 @@ def main() -> None:
         print(text, flush=True)
         lines.append(text)
 
-    any_, next_ = "skip_till_any_match", "skip_till_next_match"
+    next_ = "skip_till_next_match"
     deltas = [1, 5] if quick else [1, 5, 10, 20, 30, 40, 50]
     windows = [10, 50] if quick else [10, 50, 100, 150, 200]
     lengths = [2, 3] if quick else [2, 3, 4, 5, 6]

@@ -16,7 +16,6 @@ Run it to print what a workload looks like: ``python bench/patterns_workloads.py
 from __future__ import annotations
 
 import argparse
-import heapq
 
 import numpy as np
 

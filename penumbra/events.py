@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from .errors import ValidationError
 from .timestamps import Histogram, Interval, finite_number
@@ -146,17 +146,12 @@ class Streams(Mapping[str, StreamParams]):
         return out
 
 
-class Rejected(tuple):
-    """A rejected input line: ``(line, error, raw)``."""
+class Rejected(NamedTuple):
+    """A rejected input line, with the reason."""
 
-    __slots__ = ()
-
-    def __new__(cls, line: int, error: ValidationError, raw: str):
-        return super().__new__(cls, (line, error, raw))
-
-    line = property(lambda self: self[0])
-    error = property(lambda self: self[1])
-    raw = property(lambda self: self[2])
+    line: int
+    error: ValidationError
+    raw: str
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.error}"

@@ -25,7 +25,6 @@ The formulas of the PTJoin paper (section 2) and the interval paper (Theorem 1):
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
