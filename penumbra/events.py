@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from .errors import ValidationError
-from .timestamps import Histogram, Interval, finite_number
+from .timestamps import MAX_BUCKETS, Histogram, Interval, finite_number
 
 __all__ = [
-    "Event", "Rejected", "StreamParams", "Streams",
+    "GAP_FAMILIES", "Event", "Rejected", "StreamParams", "Streams", "gap_problem",
     "parse_event", "parse_event_line", "read_events", "load_events",
     "parse_streams", "load_streams", "event_to_json",
 ]
@@ -76,7 +76,10 @@ class StreamParams:
     ``templates`` are the template histograms phi (Definition 4); ``max_delay`` is D, the
     longest transmission delay (Definition 6); ``pi`` / ``rho`` the declared longest /
     shortest length of an explicit timestamp (Definition 5); ``miss_prob`` the
-    probability that an event of the stream is lost (AYAC's epsilon).
+    probability that an event of the stream is lost (AYAC's epsilon); ``gap`` the
+    density f of the time from the previous positive component of a ``SEQUENCE`` query
+    to an event of this stream (AYAC section 3), as ``(family, params)`` of
+    :data:`GAP_FAMILIES` (None: learned online).
 
     A stream that declares templates and no ``pi`` carries template timestamps only
     (what Theorem 4's tight buffers assume); declaring ``pi`` as well admits explicit ones.
@@ -88,6 +91,7 @@ class StreamParams:
     pi: float | None = None
     rho: float | None = None
     miss_prob: float = 0.0
+    gap: tuple[str, tuple[float, ...]] | None = None
 
     @property
     def longest(self) -> float | None:
@@ -142,6 +146,8 @@ class Streams(Mapping[str, StreamParams]):
                     entry[key] = getattr(p, key)
             if p.miss_prob:
                 entry["miss_prob"] = p.miss_prob
+            if p.gap is not None:
+                entry["gap"] = _gap_to_json(*p.gap)
             out[p.name] = entry
         return out
 
@@ -317,7 +323,7 @@ def _non_negative(value: Any, field_name: str) -> float:
 
 def _stream_params(name: str, value: Any) -> StreamParams:
     spec = _expect_object(value, name)
-    _reject_unknown(spec, {"templates", "max_delay", "pi", "rho", "miss_prob"}, name)
+    _reject_unknown(spec, {"templates", "max_delay", "pi", "rho", "miss_prob", "gap"}, name)
     templates: dict[str, Histogram] = {}
     for key, template in _expect_object(spec.get("templates", {}), f"{name}.templates").items():
         where = f"{name}.templates.{key}"
@@ -338,7 +344,68 @@ def _stream_params(name: str, value: Any) -> StreamParams:
     miss_prob = _non_negative(spec.get("miss_prob", 0.0), f"{name}.miss_prob")
     if miss_prob >= 1:
         raise ValidationError(f"{name}.miss_prob", f"must be < 1, got {miss_prob!r}")
-    return StreamParams(name, MappingProxyType(templates), max_delay, pi, rho, miss_prob)
+    gap = _gap(spec["gap"], f"{name}.gap") if "gap" in spec else None
+    return StreamParams(name, MappingProxyType(templates), max_delay, pi, rho, miss_prob, gap)
+
+
+#: Gap densities (AYAC section 3) and their number of parameters (None: a bin width
+#: and one or more weights), as written in a query's GAP clause or a stream's "gap".
+GAP_FAMILIES = {"uniform": 2, "exponential": 1, "histogram": None}
+
+
+def gap_problem(family: str, params: Sequence[float]) -> str | None:
+    """What is wrong with the parameters of a gap density, or None."""
+    if family == "uniform":
+        lo, hi = params
+        if lo != int(lo) or hi != int(hi) or not 1 <= lo <= hi:
+            return f"uniform(lo, hi) needs integers 1 <= lo <= hi, got {lo:g}, {hi:g}"
+    elif family == "exponential":
+        if params[0] <= 0:
+            return f"exponential(mean) needs mean > 0, got {params[0]:g}"
+    else:
+        width, weights = params[0], params[1:]
+        if width != int(width) or width < 1:
+            return f"histogram(width, ...) needs an integer width >= 1, got {width:g}"
+        if min(weights) < 0 or sum(weights) <= 0:
+            return "histogram weights must be >= 0 and not all 0"
+    return None
+
+
+def _gap(value: Any, where: str) -> tuple[str, tuple[float, ...]]:
+    """``{"uniform": [lo, hi]}``, ``{"exponential": mean}`` or
+    ``{"histogram": {"width": w, "weights": [...]}}``."""
+    spec = _expect_object(value, where)
+    if len(spec) != 1 or next(iter(spec)) not in GAP_FAMILIES:
+        raise ValidationError(where, "must name one density: {\"uniform\": [lo, hi]}, "
+                              "{\"exponential\": mean} or {\"histogram\": {\"width\": w, \"weights\": [...]}}")
+    family, body = next(iter(spec.items()))
+    where = f"{where}.{family}"
+    if family == "uniform":
+        if not isinstance(body, list) or len(body) != 2:
+            raise ValidationError(where, "must be [lo, hi]")
+        params = [finite_number(v, f"{where}[{n}]") for n, v in enumerate(body)]
+    elif family == "exponential":
+        params = [finite_number(body, where)]
+    else:
+        body = _expect_object(body, where)
+        _reject_unknown(body, {"width", "weights"}, where)
+        weights = body.get("weights")
+        if not isinstance(weights, list) or not weights or len(weights) > MAX_BUCKETS:
+            raise ValidationError(f"{where}.weights", f"must be a list of 1 to {MAX_BUCKETS} numbers")
+        params = [finite_number(body.get("width"), f"{where}.width")] + \
+                 [finite_number(v, f"{where}.weights[{n}]") for n, v in enumerate(weights)]
+    problem = gap_problem(family, params)
+    if problem:
+        raise ValidationError(where, problem)
+    return family, tuple(float(v) for v in params)
+
+
+def _gap_to_json(family: str, params: tuple[float, ...]) -> dict:
+    if family == "uniform":
+        return {"uniform": list(params)}
+    if family == "exponential":
+        return {"exponential": params[0]}
+    return {"histogram": {"width": params[0], "weights": list(params[1:])}}
 
 
 def parse_streams(obj: Any) -> Streams:

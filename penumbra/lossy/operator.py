@@ -6,30 +6,32 @@ and is labelled with the scoring function H_{i,j} of the run of components betwe
 (:func:`~penumbra.lossy.model.run_score`); negatives have no state. Edges whose
 G_{i,j}(W) = max_{T <= W} H_{i,j}(T) is below the threshold are removed.
 
-Per event (in increasing time; an event may serve several components):
+A block of events (in increasing time) goes through the NFA state by state, each step
+vectorised over the block: the events of negative components join their NAQs; the
+arrivals at V_1 join its PAQ with u = G_{0,1}(W); then, for each later state in order,
+its arrivals get the bound of section 5.1,
 
-* a negative component's event joins that component's NAQ;
-* a positive component's event arrives at its state with the bound of section 5.1,
-  v_new = max_i (max_k u_{i,k}) G_{i,j}(t_new - t_{i,0}), or G_{0,1}(W) at the first
-  state, and is enqueued only if v_new reaches the threshold (threshold pruning);
-* an arrival at the last state starts backward match generation (section 4.2): paths
-  are extended from V_l back to V_1 through the PAQs by binary search, keeping a path
-  only while its score times the bound u of its next arrival reaches the threshold,
-  searching each negative component's NAQ in its interval as soon as the predicates on
-  it can be evaluated, and applying each non-trivial predicate as soon as its
-  components are bound. Predicates on a missed component use its DEFAULT values.
+    v_new = max_i (max_k u_{i,k}) G_{i,j}(t_new - t_{i,0})
+
+over V_i's queue (same hash key, earlier times, from this block too; t_{i,0} the
+oldest entry inside the window, max_k u_{i,k} a running max per key), and are enqueued
+only if v_new reaches the threshold (threshold pruning). Arrivals at the last state start backward match generation (section 4.2):
+partial paths, a block of them at a time, are extended from V_l back to V_1 through the
+PAQs, keeping a path only while its score times the bound u of its next arrival reaches
+the threshold, searching each negative component's NAQ in its interval as soon as the
+predicates on it can be evaluated, and applying each non-trivial predicate as soon as
+its components are bound. Predicates on a missed component use its DEFAULT values.
 
 The first and last positive components must be observed (the case section 4.2 treats);
 any run of components between observed positives may be missed. Negatives before the
 first positive must be absent from (t_last - W, t_first) (the NFA enters V_0 at
-t_new - W, footnote 2), negatives after the last from (t_last, t_first + W): such a
+t_last - W, footnote 2), negatives after the last from (t_last, t_first + W): such a
 match waits until the stream passes t_first + W (or the end of input).
 
 Queues are hashed on the query's equality attributes (section 5.2, e.g. the RFID tag):
-when one attribute of every positive component is tied by ``=`` in every clause, each
-state keeps one PAQ per key value, and so does every negative tied to that key. Queues
-dequeue by window as they are read; queues no event reads any more are dropped by
-passes paced with the input, so memory stays O(W).
+when one attribute of every positive component is tied by ``=`` in every clause, the
+entries of each state are segmented by key value, and so are those of every negative
+tied to that key (see :mod:`.queues`).
 
 Input: precise timestamps ``{"lo": t, "hi": t}`` on the unit grid, processed in
 increasing time. A block may come in any order: it is sorted, and events are held
@@ -45,8 +47,9 @@ import io
 import itertools
 import math
 import pickle
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from bisect import bisect_right
+from operator import attrgetter
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -60,25 +63,23 @@ from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..timestamps import Interval
 from .model import GapHistogram, RunComponent, gap_pmf, run_score
-from .queues import ArrivalQueue, TimeQueue
+from .queues import Queue
 
 __all__ = ["LEARN_EVERY", "LossyOperator"]
 
-_NO_KEY = ()
+_STREAM, _TS, _LO, _HI = attrgetter("stream"), attrgetter("ts"), attrgetter("lo"), attrgetter("hi")
 
-#: Events between two passes over idle queues, per queue left by the last pass (and at
-#: least SWEEP_MIN queues' worth); queues visited per event during a pass.
-SWEEP_RATIO = 4
-SWEEP_MIN = 1024
-SWEEP_PACE = 2
+#: Key code of unhashed queues (hashed keys get codes from 1).
+_NO_KEY = 0
 
 #: Gap samples gathered before the densities and scoring tables are updated: at least
 #: this many, and at least W / 4 so the O(W) update costs amortised O(1) per sample.
 LEARN_EVERY = 1024
 
 #: Attributes that make up an operator's state (the rest derives from its configuration).
-_STATE = ("threshold", "learned", "gap_samples", "paqs", "naqs", "pending", "held_times", "held_events",
-          "held_routes", "clock", "seen", "sequence", "totals", "since_sweep", "swept_size", "sweep_plan")
+_STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
+          "held_events", "held_streams", "anchors", "clock", "seen", "boundary", "sequence", "totals", "key_codes",
+          "next_code", "live_codes")
 
 
 class _StatePickler(pickle.Pickler):
@@ -127,14 +128,30 @@ class _ClausePlan:
 
 
 @dataclass
-class _Walk:
-    """One backward match generation: its clause, hash key, last arrival time, and the
-    paths already emitted (a path satisfying two clauses is reported once)."""
+class _Paths:
+    """A block of partial paths of one clause that observed the same states: from V_l
+    back to V_j, j = ``states[-1]``. Per path: the last arrival's time and hash key, the
+    score so far, and the time and event at each observed state; shared: the clause's
+    predicates not yet applied and the negative searches waiting for their predicates'
+    components (each with its interval per path)."""
 
-    plan: _ClausePlan
-    key: Any
-    t_last: int
-    emitted: dict     # path identity -> True once emitted, or the clauses of its waiting match
+    states: tuple[int, ...]
+    t_last: np.ndarray
+    key: np.ndarray
+    score: np.ndarray
+    times: dict[int, np.ndarray]
+    events: dict[int, np.ndarray]
+    literals: tuple[_Literal, ...]
+    negatives: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.t_last)
+
+    def take(self, rows: np.ndarray) -> _Paths:
+        return replace(self, t_last=self.t_last[rows], key=self.key[rows], score=self.score[rows],
+                       times={s: t[rows] for s, t in self.times.items()},
+                       events={s: e[rows] for s, e in self.events.items()},
+                       negatives=tuple((k, lo[rows], hi[rows]) for k, lo, hi in self.negatives))
 
 
 def _equalities(literals) -> list[tuple[Attr, Attr]]:
@@ -171,15 +188,21 @@ class LossyOperator(Operator):
     """Evaluates one ``SEQUENCE`` query (AYAC) over a lossy stream.
 
     ``gaps`` optionally fixes gap densities f_i (a pmf over gaps 0..W, ``pmf[0] = 0``)
-    by component variable; the query's ``GAP`` clause takes precedence, and every other
-    component (but the first positive) learns its density online (``learn=True``).
-    Positive components' gaps are learned from the emitted matches with both ends
-    observed; a negative component's from the first of its events found inside an
-    interval during match generation (censored by the interval, so biased short). The
-    tables move every max(LEARN_EVERY, W / 4) gaps. Bounds u are computed at arrival
-    (section 4.1) with the tables then in force, so for up to W after a move a path the
-    new tables score just above the threshold may have been pruned; with fixed
-    densities (``GAP``, ``gaps``, ``learn=False``) pruning loses nothing.
+    by component variable; the query's ``GAP`` clause takes precedence, then ``gaps``,
+    then the ``gap`` of the component's stream parameters, and every other component
+    learns its density online (``learn=True``), but the first positive and the negatives
+    before it (no positive precedes them; their f stays uniform unless given). A
+    positive component's gaps are learned from the emitted matches that observed it and
+    the positive before it; a negative component's from each of its events: the time
+    since the newest earlier event of the positive before it with the same hash key
+    (within W), so what is learned does not depend on which paths the threshold prunes
+    (a negative not tied to the hash key is not learned). The tables move at the first
+    multiple of W in event time after max(LEARN_EVERY, W / 4) gaps were gathered, so
+    results do not depend on how the input is cut into blocks. Bounds u are computed
+    at arrival (section 4.1) with the tables then in force, so for up to W after a move
+    a path the new tables score just above the threshold may have been pruned; with
+    fixed densities (``GAP``, ``gaps``, stream ``gap``, ``learn=False``) pruning loses
+    nothing.
 
     >>> from penumbra.query import parse
     >>> from penumbra.events import Streams, parse_event
@@ -195,7 +218,14 @@ class LossyOperator(Operator):
         if not isinstance(streams, Streams):
             streams = Streams(streams.values())
         params = [streams.get_or_default(c.stream) for c in query.components]
-        fixed = {var: self._checked_pmf(var, pmf, query.window) for var, pmf in (gaps or {}).items()}
+        fixed = {}
+        for component, p in zip(query.components, params):
+            if p.gap is not None:
+                try:
+                    fixed[component.var] = gap_pmf(*p.gap, query.window)
+                except ValueError as error:
+                    raise ValidationError(f"{p.name}.gap", str(error)) from None
+        fixed.update({var: self._checked_pmf(var, pmf, query.window) for var, pmf in (gaps or {}).items()})
         for var, spec in query.gaps.items():
             try:
                 fixed[var] = gap_pmf(spec.family, spec.params, query.window)
@@ -225,43 +255,59 @@ class LossyOperator(Operator):
         components = query.components
         self.positives = query.positives
         self.state_of = {k: s for s, k in enumerate(self.positives)}
+        self.state_vars = [components[k].var for k in self.positives]
         unknown = set(fixed) - set(query.variables)
         if unknown:
             raise ValidationError("gaps", f"unknown component variable {sorted(unknown)[0]!r}")
-        first = components[self.positives[0]].var
-        self.learned = {c.var: GapHistogram(self.window) for c in components
-                        if c.var not in fixed and c.var != first and learn}
-        self.by_stream: dict[str, list[int]] = {}
-        for k, c in enumerate(components):
-            self.by_stream.setdefault(c.stream.casefold(), []).append(k)
         self.key_attr = _key_attributes(query, {components[k].var for k in self.positives
                                                 if not self._may_miss(k)})
         self.key_of = [self.key_attr.get(c.var) for c in components]
+        # a negative's f is learned from its own events: the time since the newest arrival
+        # at the positive before it with the same key (none before the first positive)
+        self.anchor_of = {k: self.state_of[max(p for p in self.positives if p < k)]
+                          for k, c in enumerate(components) if c.negated and k > self.positives[0]
+                          and (self.key_of[k] is not None or not self.key_attr) and c.var not in fixed}
+        learnable = [c.var for k, c in enumerate(components) if not c.negated and k != self.positives[0]
+                     and c.var not in fixed] + [components[k].var for k in self.anchor_of]
+        self.learned = {var: GapHistogram(self.window) for var in learnable} if learn else {}
+        if not learn:
+            self.anchor_of = {}
+        streams = list(dict.fromkeys(c.stream.casefold() for c in components))
+        self.stream_index = {name: n for n, name in enumerate(streams)}
+        self.component_stream = [self.stream_index[c.stream.casefold()] for c in components]
+        self.stream_of: dict[str, int] = {}          # event stream name as written -> index, -1 if not read
         self.trivial = [[clause.trivial.get(c.var, ()) for clause in query.clauses] for c in components]
         everything = (1 << len(query.clauses)) - 1
         # components with no trivial predicate in any clause accept every event of their stream
         self.unconditional = [everything if not any(literals) else 0 for literals in self.trivial]
         self._check_defaults()
         self.plans = [self._plan(bit, clause) for bit, clause in enumerate(query.clauses)]
-        self.edges = {(i, j): self._edge(i, j) for i, j in itertools.combinations(range(len(self.positives)), 2)}
+        self.run_negatives = {(i, j): self._run_negatives(i, j)
+                              for i, j in itertools.combinations(range(len(self.positives)), 2)}
         self.leading_negatives = range(self.positives[0])
         self.trailing_negatives = range(self.positives[-1] + 1, len(components))
-        self.paqs: list[dict[Any, ArrivalQueue]] = [{} for _ in self.positives]
-        self.naqs: dict[int, dict[Any, TimeQueue]] = {k: {} for k, c in enumerate(components) if c.negated}
+        # a PAQ per state but the last (whose arrivals start match generation), a NAQ per
+        # negative component and clause
+        self.paqs = [Queue(bounded=True) for _ in self.positives[:-1]]
+        # every arrival at a state that anchors a negative's gaps (V_1's PAQ holds them all)
+        self.anchors = {state: Queue(bounded=False) for state in set(self.anchor_of.values())
+                        if state > 0 or not self.paqs}
+        self.naqs = {k: [Queue(bounded=False) for _ in query.clauses] for k, c in enumerate(components) if c.negated}
+        self.key_codes: dict[Any, int] = {}
+        self.next_code = _NO_KEY + 1
+        self.live_codes = 0                 # codes kept by the last clean-up of key_codes
         self.pending: list = []
-        self.routes: dict[str, tuple] = {}
-        self.since_sweep = 0               # events processed since the last pass over idle queues
-        self.swept_size = 0                # queues the last pass left (so far, during a pass)
-        self.sweep_plan: list = []         # (queues, key) still to visit in this pass
         self.held_times: list[int] = []     # the reorder buffer: held events in time order
         self.held_events: list[Event] = []
-        self.held_routes: list[tuple] = []
-        self.clock = -math.inf          # time of the last event processed
-        self.seen = -math.inf           # largest time seen
-        self.sequence = 0               # arrival order, to break ties in heaps
+        self.held_streams: list[int] = []
+        self.clock = -math.inf              # time of the last event processed
+        self.seen = -math.inf               # largest time seen
+        self.boundary = -math.inf           # next multiple of W where learned tables may move
+        self.sequence = 0                   # arrival order, to break ties in heaps
         self.totals = {"events": 0, "matches": 0, "late": 0, "arrivals": 0, "pruned_arrivals": 0,
                        "pruned_paths": 0, "negated_paths": 0, "ignored": 0}
-        self.gap_samples: list[tuple[str, int]] = []     # (variable, gap) not yet learned
+        self.gap_samples: dict[str, list[int]] = {var: [] for var in self.learned}   # not yet learned
+        self.sample_count = 0
         self._refresh_tables()
 
     def _may_miss(self, k: int) -> bool:
@@ -304,16 +350,10 @@ class LossyOperator(Operator):
                   for k, terms in on_negative.items()}
         return _ClausePlan(bit, tuple(literals), checks)
 
-    def _edge(self, i: int, j: int) -> tuple[str, tuple[str, ...], tuple[tuple[int, bool], ...]]:
-        """Edge V_i -> V_j: V_i's variable, the positives it skips (missed), and the
-        negatives of its run, each "anchored" when no positive precedes it in the run (its
-        gap is then measured from V_i's arrival, which is how its f is learned)."""
+    def _run_negatives(self, i: int, j: int) -> tuple[int, ...]:
+        """The negative components between the positives of V_i and V_j."""
         components = self.query.components
-        start, end = self.positives[i], self.positives[j]
-        skipped = tuple(components[k].var for k in self.positives[i + 1:j])
-        run = tuple((k, not any(not c.negated for c in components[start + 1:k]))
-                    for k in range(start + 1, end) if components[k].negated)
-        return components[start].var, skipped, run
+        return tuple(k for k in range(self.positives[i] + 1, self.positives[j]) if components[k].negated)
 
     def _pmf(self, k: int) -> np.ndarray:
         var = self.query.components[k].var
@@ -329,16 +369,13 @@ class LossyOperator(Operator):
         components = self.query.components
         run = [RunComponent(not c.negated, self._pmf(k), self.miss_probs[k]) for k, c in enumerate(components)]
         states = self.positives
-        # lists, not arrays: the hot path reads single entries
-        self.score: dict[tuple[int, int], list[float]] = {}
-        for i, j in itertools.combinations(range(len(states)), 2):
-            self.score[i, j] = run_score(run[states[i] + 1:states[j]], self.window).tolist()
-        self.leading = run_score(run[:states[0]], self.window).tolist()
-        self.trailing = run_score(run[states[-1] + 1:], self.window).tolist()
-        self.reach: dict[tuple[int, int], list[float]] = {
-            edge: np.maximum.accumulate(np.asarray(table)).tolist() for edge, table in self.score.items()}
+        self.score = {(i, j): run_score(run[states[i] + 1:states[j]], self.window)
+                      for i, j in itertools.combinations(range(len(states)), 2)}
+        self.leading = run_score(run[:states[0]], self.window)
+        self.trailing = run_score(run[states[-1] + 1:], self.window)
+        self.reach = {edge: np.maximum.accumulate(table) for edge, table in self.score.items()}
         self.monotone = {edge: bool(np.all(np.diff(table[1:]) <= 0)) for edge, table in self.score.items()}
-        self.initial_bound = max(self.leading)
+        self.initial_bound = float(self.leading.max())
         self._prune_edges()
 
     def _prune_edges(self) -> None:
@@ -354,36 +391,32 @@ class LossyOperator(Operator):
 
     @property
     def counters(self) -> dict[str, int | float]:
-        return {**self.totals, "paq_entries": sum(len(q) for qs in self.paqs for q in qs.values()),
-                "naq_entries": sum(len(q) for qs in self.naqs.values() for q in qs.values()),
+        return {**self.totals, "paq_entries": sum(len(q) for q in self.paqs),
+                "naq_entries": sum(len(q) for qs in self.naqs.values() for q in qs),
                 "pending": len(self.pending), "held": len(self.held_times)}
 
     def feed(self, events: Sequence[Event]) -> BlockResult:
         out = BlockResult()
         self._admit(events, out)
-        cut = bisect_right(self.held_times, self.seen - self.max_delay)
-        self._process(*self._take_held(cut), out)
+        self._process(bisect_right(self.held_times, self.seen - self.max_delay), out)
         self._finish_block(out)
         return out
-
-    def _take_held(self, count: int) -> tuple[zip, int]:
-        """The first ``count`` held events, in time order, as (t, event, route), and ``count``."""
-        ready = zip(self.held_times[:count], self.held_events[:count], self.held_routes[:count])
-        del self.held_times[:count], self.held_events[:count], self.held_routes[:count]
-        return ready, count
 
     def flush(self) -> BlockResult:
         """End of input: process the held events and emit every match still waiting for
         the window of its trailing negatives to pass."""
         out = BlockResult()
-        self._process(*self._take_held(len(self.held_times)), out)
+        self._process(len(self.held_times), out)
         self._release(math.inf, out)
         self._finish_block(out)
         return out
 
     def evict(self, watermark: float) -> int:
         """Drop queue entries no match ending at or after ``watermark`` can use."""
-        return self._sweep(self._safe_horizon(watermark))
+        horizon = self._safe_horizon(watermark)
+        gone = sum(queue.expire(horizon) for queue in self._queues())
+        self._forget_keys()
+        return gone
 
     def snapshot(self) -> bytes:
         """Configuration and state (queues, waiting matches, learned densities) as bytes;
@@ -404,47 +437,49 @@ class LossyOperator(Operator):
         operator._refresh_tables()
         return operator
 
+    def queue_count(self) -> int:
+        """Hashed queues holding entries, over every state and negative component."""
+        return sum(len(queue.keys()) for queue in self._queues())
+
+    def _queues(self) -> list[Queue]:
+        return [*self.paqs, *(queue for queues in self.naqs.values() for queue in queues), *self.anchors.values()]
+
     # --- input ------------------------------------------------------------------------------
 
-    def _route(self, stream: str) -> tuple:
-        """What an event of ``stream`` may be: (component, state or -1 for a negative,
-        hash attribute, clause mask when no trivial predicate is on it (else 0), queues
-        it joins directly)."""
-        route = self.routes.get(stream)
-        if route is None:
-            route = self.routes[stream] = tuple(
-                (k, self.state_of.get(k, -1), self.key_of[k], self.unconditional[k], self._direct_queues(k))
-                for k in self.by_stream.get(stream.casefold(), ()))
-        return route
-
-    def _direct_queues(self, k: int) -> dict | None:
-        """The queues an event of component k joins without a bound to compute: the NAQs
-        of a negative, the PAQs of V_1 when it is not also the last state."""
-        if self.query.components[k].negated:
-            return self.naqs[k]
-        return self.paqs[0] if self.state_of[k] == 0 and len(self.positives) > 1 else None
+    def _stream(self, name: str) -> int:
+        index = self.stream_of.get(name)
+        if index is None:
+            index = self.stream_of[name] = self.stream_index.get(name.casefold(), -1)
+        return index
 
     def _admit(self, events: Sequence[Event], out: BlockResult) -> None:
         """Hold, in time order, the events of the query's streams that have a precise
         timestamp on the grid not older than the last one processed (the external
         buffer of section 2.1, released after the streams' max delay D)."""
         self.totals["events"] += len(events)
-        routes = [self.routes.get(event.stream) or self._route(event.stream) for event in events]
-        if not all(routes):
-            events = list(itertools.compress(events, routes))
-            self.totals["ignored"] += len(routes) - len(events)
-            routes = [route for route in routes if route]
-        stamps = [event.ts for event in events]
-        precise = [type(ts) is Interval and ts.lo == ts.hi for ts in stamps]
-        times = np.fromiter((ts.lo if ok else math.nan for ts, ok in zip(stamps, precise)),
-                            dtype=float, count=len(stamps))
+        names = list(map(_STREAM, events))
+        streams = list(map(self.stream_of.get, names))
+        if None in streams:
+            streams = list(map(self._stream, names))
+        if -1 in streams:
+            read = [index >= 0 for index in streams]
+            events = list(itertools.compress(events, read))
+            self.totals["ignored"] += len(streams) - len(events)
+            streams = [index for index in streams if index >= 0]
+        stamps = list(map(_TS, events))
+        if all(type(ts) is Interval for ts in stamps):
+            times = np.array(list(map(_LO, stamps)), dtype=float)
+            times[times != np.array(list(map(_HI, stamps)), dtype=float)] = math.nan
+        else:
+            times = np.array([ts.lo if type(ts) is Interval and ts.lo == ts.hi else math.nan for ts in stamps],
+                             dtype=float)
         bad = ~(times % 1 == 0) | (times < self.clock)
         if bad.any():
             for n in np.flatnonzero(bad).tolist():
                 self._late(events[n], self._why_late(times[n]), out)
             keep = (~bad).tolist()
             events = list(itertools.compress(events, keep))
-            routes = list(itertools.compress(routes, keep))
+            streams = list(itertools.compress(streams, keep))
             times = times[~bad]
         if not events:
             return
@@ -453,13 +488,14 @@ class LossyOperator(Operator):
         if len(times) > 1 and not (np.diff(times) >= 0).all() or (self.held_times and self.held_times[-1] > times[0]):
             times = np.concatenate((np.asarray(self.held_times, dtype=np.int64), times))
             order = np.argsort(times, kind="stable").tolist()
-            events, routes = self.held_events + list(events), self.held_routes + routes
-            events, routes = [events[n] for n in order], [routes[n] for n in order]
-            self.held_times, self.held_events, self.held_routes = times[order].tolist(), events, routes
+            events, streams = self.held_events + list(events), self.held_streams + streams
+            self.held_events = [events[n] for n in order]
+            self.held_streams = [streams[n] for n in order]
+            self.held_times = times[order].tolist()
         else:
             self.held_times += times.tolist()
             self.held_events += events
-            self.held_routes += routes
+            self.held_streams += streams
 
     def _why_late(self, t: float) -> str:
         if math.isnan(t):
@@ -473,116 +509,105 @@ class LossyOperator(Operator):
         out.late.append(Late(event, reason))
 
     def _finish_block(self, out: BlockResult) -> None:
-        """Observations for the dashboard: the totals and the size of the state (queues
-        by hash key, waiting matches, held events) without walking every queue."""
-        out.observations.update(self.totals, queues=self.queue_count(), pending=len(self.pending),
+        """Observations for the dashboard: the totals and the size of the state (queued
+        entries, waiting matches, held events)."""
+        out.observations.update(self.totals, queue_entries=sum(len(queue) for queue in self._queues()),
+                                pending=len(self.pending),
                                 held=len(self.held_times),
                                 clock=self.clock if math.isfinite(self.clock) else None)
 
-    def _learn(self) -> None:
-        """Add the gaps seen since the last update to the estimates of f (section 3) and
-        recompute the scoring tables. Done every max(:data:`LEARN_EVERY`, W / 4) gaps,
-        counted in event order, so results do not depend on how the input is cut into blocks."""
-        by_var: dict[str, list[int]] = {}
-        for var, gap in self.gap_samples:
-            by_var.setdefault(var, []).append(gap)
-        for var, gaps in by_var.items():
-            self.learned[var].add(np.asarray(gaps))
-        self.gap_samples = []
-        self._refresh_tables()
+    # --- blocks -------------------------------------------------------------------------------
 
-    def _safe_horizon(self, now: float) -> int:
-        """Entries at or before this time serve no match ending at ``now`` or later, nor
-        a waiting match's trailing negatives."""
-        horizon = math.floor(now) - self.window
-        if self.pending:
-            horizon = min(horizon, min(item[3] for item in self.pending))
-        return horizon
+    def _process(self, count: int, out: BlockResult) -> None:
+        """Run the first ``count`` held events through the NFA, in chunks that end where
+        learned tables may move (multiples of W in event time), so every event meets
+        the same tables however the input is cut into blocks."""
+        if not count:
+            return
+        times = np.asarray(self.held_times[:count], dtype=np.int64)
+        events = np.empty(count, object)
+        events[:] = self.held_events[:count]
+        streams = np.asarray(self.held_streams[:count], dtype=np.int64)
+        del self.held_times[:count], self.held_events[:count], self.held_streams[:count]
+        start = 0
+        while start < count:
+            stop = count
+            if self.learned:
+                if times[start] >= self.boundary:
+                    if math.isfinite(self.boundary):
+                        self._release(self.boundary, out)
+                        if self.sample_count >= max(LEARN_EVERY, self.window // 4):
+                            self._learn()
+                    self.boundary = (int(times[start]) // self.window + 1) * self.window
+                stop = int(np.searchsorted(times, self.boundary, side="left"))
+            self._chunk(times[start:stop], events[start:stop], streams[start:stop], out)
+            start = stop
 
-    def queue_count(self) -> int:
-        return sum(len(queues) for queues in (*self.paqs, *self.naqs.values()))
+    def _chunk(self, times: np.ndarray, events: np.ndarray, streams: np.ndarray, out: BlockResult) -> None:
+        """One chunk through the NFA: NAQ pushes, then each state's arrivals in order
+        (bounds, threshold pruning, PAQ pushes; match generation at the last state);
+        then the waiting matches whose window closed, and queue compaction."""
+        codes: dict[str, np.ndarray] = {}
+        selected = []
+        for k, component in enumerate(self.query.components):
+            rows = np.flatnonzero(streams == self.component_stream[k])
+            name = self.key_of[k]
+            if name is None:
+                key = np.full(len(rows), _NO_KEY, np.int64)
+            else:
+                if name not in codes:
+                    codes[name] = self._key_codes(events, name)
+                key = codes[name][rows]
+            if self.unconditional[k]:
+                mask = np.full(len(rows), self.unconditional[k], np.int64)
+            else:
+                mask = np.fromiter((self._clause_mask(k, event.attrs) for event in events[rows]),
+                                   dtype=np.int64, count=len(rows))
+            usable = (mask != 0) & (key >= 0)      # key -1: an equality on an absent attribute never holds
+            selected.append((rows[usable], key[usable], mask[usable]))
+        for k, queues in self.naqs.items():
+            rows, key, mask = selected[k]
+            for bit, queue in enumerate(queues):
+                has = (mask >> bit & 1).astype(bool)
+                queue.push(times[rows[has]], key[has], events[rows[has]])
+        last = len(self.positives) - 1
+        for state, k in enumerate(self.positives):
+            rows, key, mask = selected[k]
+            t = times[rows]
+            if state in self.anchors:
+                self.anchors[state].push(t, key, events[rows])
+            bound = self._bounds(state, t, key)
+            keep = bound >= self.threshold
+            self.totals["arrivals"] += len(rows)
+            self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
+            if state < last:
+                self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep])
+            else:
+                self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], out)
+        for k, state in self.anchor_of.items():
+            rows, key, _ = selected[k]
+            anchors = self.anchors[state] if state in self.anchors else self.paqs[0]
+            t = times[rows]
+            start, stop = anchors.find(key, t - self.window, t)
+            found = start < stop
+            self._sample(self.query.components[k].var, t[found] - anchors.t[anchors.order[stop[found] - 1]])
+        if len(times):
+            self.clock = int(times[-1])
+            self._release(self.clock, out)
+            self._compact()
 
-    def _sweep(self, horizon: int) -> int:
-        """Dequeue every entry at or before ``horizon`` and drop the emptied queues."""
-        gone = 0
-        for queues in (*self.paqs, *self.naqs.values()):
-            for key, queue in list(queues.items()):
-                gone += queue.expire(horizon)
-                if queue.head == len(queue.entries):
-                    del queues[key]
-        return gone
-
-    def _sweep_some(self, processed: int) -> None:
-        """Dequeue idle queues a few at a time (dequeue by window, section 4.1, for
-        queues no event touches any more): once SWEEP_RATIO times more events went by
-        than queues were left by the last pass, a new pass lists every queue and visits
-        SWEEP_PACE of them per event processed. A pass thus costs amortised O(1) per
-        event, never stalls a block, and idle queues hold O(W) memory."""
-        self.since_sweep += processed
-        if not self.sweep_plan:
-            if self.since_sweep <= SWEEP_RATIO * max(self.swept_size, SWEEP_MIN) or not math.isfinite(self.clock):
-                return
-            self.sweep_plan = [(queues, key) for queues in (*self.paqs, *self.naqs.values()) for key in queues]
-            self.since_sweep = self.swept_size = 0
-        horizon = self._safe_horizon(self.clock)
-        plan = self.sweep_plan
-        for _ in range(min(SWEEP_PACE * processed, len(plan))):
-            queues, key = plan.pop()
-            queue = queues.get(key)
-            if queue is not None:
-                queue.expire(horizon)
-                if queue.head == len(queue.entries):
-                    del queues[key]
-                else:
-                    self.swept_size += 1
-
-    def _process(self, ready, processed: int, out: BlockResult) -> None:
-        """The NFA over events in time order: NAQ pushes and PAQ arrivals. Arrivals at
-        V_1 (the commonest) are enqueued here with u = G_{0,1}(W), others by :meth:`_arrive`."""
-        initial_bound = self.initial_bound
-        enter = initial_bound >= self.threshold
-        entered = pruned = 0
-        clock = self.clock
-        pending = self.pending
-        for t, event, route in ready:
-            if t > clock:
-                if pending and pending[0][0] <= t:
-                    self._release(t, out)
-                clock = self.clock = t
-            attrs = event.attrs
-            arrivals = []
-            for k, state, key_name, mask, queues in route:
-                if not mask:
-                    mask = self._clause_mask(k, attrs)
-                    if not mask:
-                        continue
-                key = attrs.get(key_name) if key_name else _NO_KEY
-                if key is None:
-                    continue    # an equality on an absent attribute never holds
-                if queues is None:
-                    arrivals.append((state, key, mask))
-                    continue
-                if state == 0 and not enter:
-                    pruned += 1
-                    continue
-                queue = queues.get(key)
-                if queue is None:
-                    queue = queues[key] = TimeQueue()
-                if state < 0:
-                    queue.entries.append((t, mask, event))
-                else:
-                    queue.entries.append((t, mask, event, initial_bound))
-                    entered += 1
-            if arrivals:
-                if len(arrivals) > 1:
-                    arrivals.sort(reverse=True)     # later states first: a path never uses one event twice
-                for state, key, mask in arrivals:
-                    self._arrive(state, key, mask, t, event, out)
-                if len(self.gap_samples) >= max(LEARN_EVERY, self.window // 4):
-                    self._learn()
-        self.totals["arrivals"] += entered + pruned
-        self.totals["pruned_arrivals"] += pruned
-        self._sweep_some(processed)
+    def _key_codes(self, events: np.ndarray, name: str) -> np.ndarray:
+        """Integer code of each event's hash-key value (attribute ``name``; -1 when absent).
+        Codes are unique, not dense: each call reserves one per event for new values."""
+        values = [event.attrs.get(name) for event in events]
+        first = self.next_code
+        self.next_code += len(values)
+        codes = np.fromiter(map(self.key_codes.setdefault, values, range(first, self.next_code)),
+                            dtype=np.int64, count=len(values))
+        absent = self.key_codes.pop(None, None)
+        if absent is not None:
+            codes[codes == absent] = -1
+        return codes
 
     def _clause_mask(self, k: int, attrs) -> int:
         """Bit c set when the event satisfies clause c's trivial predicates on component k."""
@@ -593,191 +618,189 @@ class LossyOperator(Operator):
                 mask |= 1 << bit
         return mask
 
-    # --- NFA ------------------------------------------------------------------------------
-
-    def _arrive(self, state: int, key, mask: int, t: int, event: Event, out: BlockResult) -> None:
-        """An arrival at V_state: bound v_new (section 5.1), threshold pruning, then
-        enqueue in the state's PAQ or, at the last state, match generation.
-
-        v_new = max_i (max_k u_{i,k}) G_{i,j}(t - t_{i,0}); when H_{i,j} is
-        non-increasing (runs of negatives, S^N), the tighter H_{i,j}(t - t_{i,newest})
-        bounds every H_{i,j}(t - t_{i,k}) (the monotonic improvement of section 5.1).
-        Entries older than the window may still be queued: they only loosen the bound.
-        """
-        self.totals["arrivals"] += 1
+    def _bounds(self, state: int, t: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """u for arrivals at V_state (section 4.1 and 5.1): G_{0,1}(W) at the first state;
+        else v_new = max_i (max_k u_{i,k}) G_{i,j}(t - t_{i,0}), with t_{i,0} V_i's oldest
+        entry in (t - W, t) with the same key and max_k u_{i,k} the key's running max up to
+        t. When H_{i,j} is non-increasing (runs of negatives, S^N), the tighter
+        H_{i,j}(t - t_{i,newest}) bounds every H_{i,j}(t - t_{i,k}) (the monotonic
+        improvement of section 5.1)."""
         if state == 0:
-            bound = self.initial_bound
-        else:
-            bound = 0.0
-            for i in self.incoming[state]:
-                queue = self.paqs[i].get(key)
-                if queue is None or queue.head == len(queue.entries):
-                    continue
-                peak = self.initial_bound if i == 0 else queue.max_bound()
-                if self.monotone[i, state]:
-                    newest = bisect_left(queue.entries, (t,), queue.head) - 1
-                    if newest < queue.head or t - queue.entries[newest][0] >= self.window:
-                        continue    # nothing queued before t inside the window
-                    factor = self.score[i, state][t - queue.entries[newest][0]]
-                else:
-                    factor = self.reach[i, state][min(t - queue.entries[queue.head][0], self.window)]
-                bound = max(bound, peak * factor)
-        if bound < self.threshold:
-            self.totals["pruned_arrivals"] += 1
-            return
-        if state == len(self.positives) - 1:
-            self._generate(key, mask, t, event, out)
-            return
-        queues = self.paqs[state]
-        queue = queues.get(key)
-        if queue is None:
-            queue = queues[key] = ArrivalQueue()
-        queue.push(t, event, mask, bound)
+            return np.full(len(t), self.initial_bound)
+        bound = np.zeros(len(t))
+        for i in self.incoming[state]:
+            queue = self.paqs[i]
+            start, stop = queue.find(key, t - self.window, t)
+            inside = start < stop
+            if self.monotone[i, state]:
+                gap = t - queue.t[queue.order[np.maximum(stop - 1, 0)]] if len(queue) else np.zeros_like(t)
+                factor = self.score[i, state][np.where(inside, gap, 0)]
+            else:
+                gap = t - queue.t[queue.order[np.minimum(start, len(queue) - 1)]] if len(queue) else np.zeros_like(t)
+                factor = self.reach[i, state][np.where(inside, gap, 0)]
+            peak = queue.peak[queue.order[np.maximum(stop - 1, 0)]] if len(queue) else np.zeros(len(t))
+            bound = np.maximum(bound, np.where(inside, peak * factor, 0.0))
+        return bound
 
-    def _generate(self, key, mask: int, t: int, event: Event, out: BlockResult) -> None:
-        """Backward match generation from a new arrival at the last state (section 4.2)."""
+    # --- match generation (section 4.2) ------------------------------------------------------
+
+    def _generate(self, t: np.ndarray, key: np.ndarray, mask: np.ndarray, events: np.ndarray,
+                  out: BlockResult) -> None:
+        """Backward match generation from a block of arrivals at the last state, per clause."""
         last = len(self.positives) - 1
-        var = self.query.components[self.positives[last]].var
-        emitted: dict = {}
+        emitted: dict = {}       # path identity -> True once emitted, or the clauses of its waiting match
         for plan in self.plans:
-            if mask >> plan.bit & 1:
-                walk = _Walk(plan, key, t, emitted)
-                path, bindings, literals = {last: (t, event)}, {var: event.attrs}, list(plan.literals)
-                if last == 0:
-                    self._complete(walk, 1.0, path, bindings, (), literals, [], out)
-                else:
-                    self._extend(walk, last, t, 1.0, path, bindings, (), literals, [], out)
+            rows = np.flatnonzero(mask >> plan.bit & 1)
+            if len(rows):
+                paths = _Paths((last,), t[rows], key[rows], np.ones(len(rows)), {last: t[rows]},
+                               {last: events[rows]}, plan.literals)
+                self._walk(plan, paths, emitted, out)
 
-    def _extend(self, walk: _Walk, j: int, t_b: int, score: float, path: dict, bindings: dict,
-                missed: tuple[str, ...], literals: list, negatives: list, out: BlockResult) -> None:
-        """Extend a partial path that starts at V_j (arrival t_b, j > 0) to an arrival t_a
-        in V_i, for every edge V_i -> V_j kept: t_last - W < t_a < t_b, score times u_a
-        above the threshold, no negative in (t_a, t_b), predicates that became evaluable
-        hold; a path reaching V_1 is completed."""
-        horizon = walk.t_last - self.window
-        threshold = self.threshold
-        bit = walk.plan.bit
-        pruned = 0
+    def _walk(self, plan: _ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
+        """Extend the paths from V_j back along every edge kept; complete them at V_1."""
+        j = paths.states[-1]
+        if j == 0:
+            self._complete(plan, paths, emitted, out)
+            return
         for i in self.incoming[j]:
-            queue = self.paqs[i].get(walk.key)
-            if queue is None:
-                continue
-            table = self.score[i, j]
-            var, skipped, run = self.edges[i, j]
-            entries = queue.entries
-            for n in queue.span(horizon, t_b):
-                t_a, clauses, event, bound = entries[n]
-                if not clauses >> bit & 1:
-                    continue
-                extended = score * table[t_b - t_a]
-                if extended * bound < threshold:
-                    pruned += 1
-                    continue
-                now_bindings = {**bindings, var: event.attrs}
-                still = (literals, negatives)
-                if literals or negatives or run:
-                    still = self._apply(walk, now_bindings, now_bindings.keys(), literals,
-                                        negatives + [(k, t_a, t_b, anchored) for k, anchored in run])
-                    if still is None:
-                        continue
-                longer = {**path, i: (t_a, event)}
-                if i == 0:
-                    self._complete(walk, extended, longer, now_bindings, missed + skipped, *still, out)
-                else:
-                    self._extend(walk, i, t_a, extended, longer, now_bindings, missed + skipped, *still, out)
-        self.totals["pruned_paths"] += pruned
+            longer = self._extend(plan, paths, i)
+            if len(longer):
+                self._walk(plan, longer, emitted, out)
 
-    def _apply(self, walk: _Walk, bindings: dict, observed, literals: list, negatives: list):
-        """Apply each predicate and negative search whose components are bound (section
-        4.2, as early as possible). Returns the literals and negatives still waiting, or
-        None when one fails. A literal on the hash attributes holds by construction when
-        both its components are observed."""
-        literal_wait, negative_wait = [], []
+    def _extend(self, plan: _ClausePlan, paths: _Paths, i: int) -> _Paths:
+        """Extend each path, which starts at V_j (arrival t_b), to every arrival t_a in
+        V_i's queue with t_last - W < t_a < t_b, the same key and the clause's trivial
+        predicates, whose score times u_a reaches the threshold; then apply the
+        predicates and negative searches that became possible (no negative of the run
+        in (t_a, t_b))."""
+        j = paths.states[-1]
+        queue = self.paqs[i]
+        t_b = paths.times[j]
+        start, stop = queue.find(paths.key, paths.t_last - self.window, t_b)
+        rows, entries = queue.entries(start, stop)
+        satisfied = (queue.mask[entries] >> plan.bit & 1).astype(bool)
+        rows, entries = rows[satisfied], entries[satisfied]
+        t_a = queue.t[entries]
+        score = paths.score[rows] * self.score[i, j][t_b[rows] - t_a]
+        keep = score * queue.bound[entries] >= self.threshold
+        self.totals["pruned_paths"] += len(keep) - int(np.count_nonzero(keep))
+        rows, entries, t_a = rows[keep], entries[keep], t_a[keep]
+        longer = paths.take(rows)
+        longer = replace(longer, states=paths.states + (i,), score=score[keep],
+                         times={**longer.times, i: t_a}, events={**longer.events, i: queue.event[entries]},
+                         negatives=longer.negatives + tuple((k, t_a, longer.times[j])
+                                                            for k in self.run_negatives[i, j]))
+        return self._check(plan, longer, complete=False)[0]
+
+    def _check(self, plan: _ClausePlan, paths: _Paths, complete: bool) -> tuple[_Paths, np.ndarray]:
+        """Apply each waiting predicate and negative search whose components are bound
+        (section 4.2: as early as possible); ``complete`` paths also bind their missed
+        components to their DEFAULT values. A literal on the hash attributes holds by
+        construction when both its components are observed. Returns the paths kept and
+        which they were."""
+        observed = {self.state_vars[s] for s in paths.states}
+        bound = set(self.query.variables) if complete else observed
+        literals = [literal for literal in paths.literals if literal.needs <= bound]
+        negatives = [item for item in paths.negatives if plan.negatives[item[0]].needs <= bound]
+        keep = np.ones(len(paths), bool)
+        if not literals and not negatives:
+            return paths, keep
+        bindings = None
         for literal in literals:
-            if not literal.needs <= bindings.keys():
-                literal_wait.append(literal)
-            elif not (literal.implied and literal.needs <= observed) \
-                    and evaluate(literal.expr, bindings) is not True:
-                return None
-        for item in negatives:
-            check = walk.plan.negatives[item[0]]
-            if not check.needs <= bindings.keys():
-                negative_wait.append(item)
-            elif self._negative_present(walk, item, check, bindings, observed):
-                self.totals["negated_paths"] += 1
-                return None
-        return literal_wait, negative_wait
+            if literal.implied and literal.needs <= observed:
+                continue
+            bindings = bindings or self._bindings(paths, complete)
+            rows = np.flatnonzero(keep)
+            keep[rows] = [evaluate(literal.expr, bindings[n]) is True for n in rows.tolist()]
+        for k, lo, hi in negatives:
+            check = plan.negatives[k]
+            if check.unimplied if check.needs <= observed else check.literals:
+                bindings = bindings or self._bindings(paths, complete)
+            rows = np.flatnonzero(keep)
+            present = self._present(plan, check, k, paths.key[rows], lo[rows], hi[rows],
+                                    bindings and [bindings[n] for n in rows.tolist()], observed)
+            keep[rows[present]] = False
+        waiting = tuple(item for item in paths.negatives if not plan.negatives[item[0]].needs <= bound)
+        paths = replace(paths, literals=tuple(lit for lit in paths.literals if lit not in literals),
+                        negatives=waiting)
+        return paths.take(keep), keep
 
-    def _negative_present(self, walk: _Walk, item: tuple, check: _NegativeCheck, bindings: dict,
-                          observed) -> bool:
-        """Binary search of negative component k's NAQ for an event in (lo, hi) that
-        satisfies the clause's predicates on k."""
-        k, lo, hi, anchored = item
-        queue = self.naqs[k].get(walk.key if check.hashed else _NO_KEY)
-        if queue is None:
-            return False
-        entries = queue.entries
-        start = bisect_right(entries, (lo, math.inf), queue.head)
-        stop = bisect_left(entries, (hi,), start)
+    def _bindings(self, paths: _Paths, complete: bool) -> list[dict]:
+        """Each path's bindings, variable -> attributes; with ``complete``, the missed
+        components' DEFAULT values too (a default may name another missed component,
+        hence one pass per missed component)."""
+        columns = [(self.state_vars[s], paths.events[s]) for s in paths.states]
+        bindings = [{var: column[n].attrs for var, column in columns} for n in range(len(paths))]
+        missed = [var for s, var in enumerate(self.state_vars) if s not in paths.states] if complete else []
+        defaults = self.query.defaults
+        for binding in bindings if missed else ():
+            values: dict[str, dict[str, Any]] = {var: {} for var in missed}
+            binding.update(values)
+            for _ in missed:
+                for var in missed:
+                    for name, expr in defaults.get(var, {}).items():
+                        values[var][name] = evaluate(expr, binding)
+        return bindings
+
+    def _present(self, plan: _ClausePlan, check: _NegativeCheck, k: int, key: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, bindings: list[dict] | None, observed) -> np.ndarray:
+        """Whether negative component k has an event in (lo, hi) satisfying the clause's
+        predicates on it, per path: a count by binary search in its NAQ, or, when
+        predicates read other components, a scan of the events found."""
+        queue = self.naqs[k][plan.bit]
+        start, stop = queue.find(key if check.hashed else np.full(len(key), _NO_KEY, np.int64), lo, hi)
+        present = start < stop
         literals = check.unimplied if check.needs <= observed else check.literals
-        bit = walk.plan.bit
-        for n in range(start, stop):
-            t, clauses, event = entries[n]
-            if clauses >> bit & 1 and (not literals or all(
-                    evaluate(expr, {**bindings, check.var: event.attrs}) is True for expr in literals)):
-                if anchored and check.var in self.learned:
-                    self.gap_samples.append((check.var, t - lo))
-                return True
-        return False
+        if literals:
+            for n in np.flatnonzero(present).tolist():
+                for entry in queue.order[start[n]:stop[n]].tolist():
+                    scope = {**bindings[n], check.var: queue.event[entry].attrs}
+                    if all(evaluate(expr, scope) is True for expr in literals):
+                        break
+                else:
+                    present[n] = False
+        self.totals["negated_paths"] += int(np.count_nonzero(present))
+        return present
 
-    def _complete(self, walk: _Walk, score: float, path: dict, bindings: dict, missed: tuple[str, ...],
-                  literals: list, negatives: list, out: BlockResult) -> None:
-        """The path reached V_1: leading negatives (from V_0 at t_last - W), defaults of
-        missed components, the checks that waited for them; then emit, or wait for the
-        window of trailing negatives to pass."""
-        t_first = path[0][0]
-        opened = walk.t_last - self.window
-        score *= self.leading[t_first - opened]
-        if score < self.threshold:
-            return
-        # with several clauses the same path may come once per clause: report it once
-        identity = tuple((s, entry[1].id) for s, entry in path.items()) if len(self.plans) > 1 else None
-        if identity is not None and walk.emitted.get(identity) is True:
-            return
-        observed = bindings.keys()
-        full = self._with_defaults(bindings, missed)
-        checks = negatives + [(k, opened, t_first, True) for k in self.leading_negatives] \
-            if self.leading_negatives else negatives
-        if (literals or checks) and self._apply(walk, full, observed, literals, checks) is None:
-            return
+    def _complete(self, plan: _ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
+        """The paths reached V_1: leading run score (from V_0 at t_last - W), the checks
+        that waited for missed components' defaults, leading negatives; then emit, or
+        wait for the window of trailing negatives to pass. A path satisfying several
+        clauses is reported once."""
+        score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
+        paths = replace(paths, score=score).take(score >= self.threshold)
+        identities = None
+        if len(self.plans) > 1:
+            identities = [tuple((s, paths.events[s][n].id) for s in paths.states) for n in range(len(paths))]
+            fresh = [emitted.get(identity) is not True for identity in identities]
+            paths, identities = paths.take(np.array(fresh, bool)), list(itertools.compress(identities, fresh))
+        leading = tuple((k, paths.t_last - self.window, paths.times[0]) for k in self.leading_negatives)
+        paths, keep = self._check(plan, replace(paths, negatives=paths.negatives + leading), complete=True)
+        if identities is not None:
+            identities = list(itertools.compress(identities, keep.tolist()))
         if not self.trailing_negatives:
-            if identity is not None:
-                walk.emitted[identity] = True
-            self._emit(path, score, out)
-        elif identity in walk.emitted:
-            walk.emitted[identity].append((walk.plan.bit, full, frozenset(observed)))
-        else:
-            # the trailing negatives are searched once the window has passed, under
-            # every clause that accepted the path
-            clauses = [(walk.plan.bit, full, frozenset(observed))]
-            if identity is not None:
-                walk.emitted[identity] = clauses
+            for n in range(len(paths)):
+                if identities is not None:
+                    emitted[identities[n]] = True
+                self._emit(paths, n, out)
+            return
+        # the trailing negatives are searched once the window has passed, under every
+        # clause that accepted the path
+        observed = frozenset(self.state_vars[s] for s in paths.states)
+        bindings = self._bindings(paths, complete=True)
+        for n in range(len(paths)):
+            accepted = (plan.bit, bindings[n], observed)
+            if identities is not None and identities[n] in emitted:
+                emitted[identities[n]].append(accepted)
+                continue
+            clauses = [accepted]
+            if identities is not None:
+                emitted[identities[n]] = clauses
             self.sequence += 1
-            heapq.heappush(self.pending, (t_first + self.window, self.sequence, walk.key, walk.t_last,
-                                          score, path, clauses))
-
-    def _with_defaults(self, bindings: dict, missed: tuple[str, ...]) -> dict:
-        """Bindings with each missed component's DEFAULT values (defaults may name other
-        missed components, hence one pass per missed component)."""
-        if not missed:
-            return bindings
-        values: dict[str, dict[str, Any]] = {var: {} for var in missed}
-        full = {**bindings, **values}
-        for _ in missed:
-            for var in missed:
-                for name, expr in self.query.defaults.get(var, {}).items():
-                    values[var][name] = evaluate(expr, full)
-        return full
+            t_first, t_last = int(paths.times[0][n]), int(paths.t_last[n])
+            path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
+            heapq.heappush(self.pending, (t_first + self.window, self.sequence, int(paths.key[n]), t_last,
+                                          float(paths.score[n]), path, clauses))
 
     def _release(self, until: float, out: BlockResult) -> None:
         """Emit the waiting matches whose window ended by ``until``: no trailing negative
@@ -788,17 +811,68 @@ class LossyOperator(Operator):
             score *= self.trailing[deadline - t_last]
             if score < self.threshold:
                 continue
-            searches = [(k, t_last, deadline, True) for k in self.trailing_negatives]
-            if any(self._apply(_Walk(self.plans[bit], key, t_last, {}), full, observed, [], searches) is not None
-                   for bit, full, observed in clauses):
-                self._emit(path, score, out)
+            one = np.array([key], np.int64)
+            lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)
+            for bit, bindings, observed in clauses:
+                plan = self.plans[bit]
+                if not any(self._present(plan, plan.negatives[k], k, one, lo, hi, [bindings], observed)[0]
+                           for k in self.trailing_negatives):
+                    self._emit_path(path, score, out)
+                    break
 
-    def _emit(self, path: dict, score: float, out: BlockResult) -> None:
-        components = self.query.components
-        events = {components[self.positives[s]].var: path[s][1].id for s in reversed(path)}
-        out.matches.append(Match(events, score))
+    def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:
+        self._emit_path({s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states},
+                        float(paths.score[n]), out)
+
+    def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
+        """Report a match (its observed events, in the query's order) and learn its gaps."""
+        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score))
         self.totals["matches"] += 1
         for s in range(1, len(self.positives)):
-            var = components[self.positives[s]].var
+            var = self.state_vars[s]
             if s in path and s - 1 in path and var in self.learned:
-                self.gap_samples.append((var, path[s][0] - path[s - 1][0]))
+                self.gap_samples[var].append(path[s][0] - path[s - 1][0])
+                self.sample_count += 1
+
+    # --- learning and memory ------------------------------------------------------------------
+
+    def _sample(self, var: str, gaps: np.ndarray) -> None:
+        self.gap_samples[var] += gaps.tolist()
+        self.sample_count += len(gaps)
+
+    def _learn(self) -> None:
+        """Add the gaps gathered since the last update to the estimates of f (section 3)
+        and recompute the scoring tables."""
+        for var, gaps in self.gap_samples.items():
+            if gaps:
+                self.learned[var].add(np.asarray(gaps))
+                gaps.clear()
+        self.sample_count = 0
+        self._refresh_tables()
+
+    def _safe_horizon(self, now: float) -> int:
+        """Entries at or before this time serve no match ending at ``now`` or later, nor
+        a waiting match's trailing negatives."""
+        horizon = math.floor(now) - self.window
+        if self.pending:
+            horizon = min(horizon, min(item[3] for item in self.pending))
+        return horizon
+
+    def _compact(self) -> None:
+        """Dequeue by window the queues that doubled since their last compaction (amortised
+        O(1) per entry), and forget hash keys no entry uses any more."""
+        horizon = None
+        for queue in self._queues():
+            if queue.due():
+                horizon = self._safe_horizon(self.clock) if horizon is None else horizon
+                queue.expire(horizon)
+        if len(self.key_codes) > 4 * max(self.live_codes, 4096):
+            self._forget_keys()
+
+    def _forget_keys(self) -> None:
+        """Drop the codes of hash-key values with no queued entry and no waiting match."""
+        live = {item[2] for item in self.pending}
+        for queue in self._queues():
+            live.update(queue.keys().tolist())
+        self.key_codes = {value: code for value, code in self.key_codes.items() if code in live}
+        self.live_codes = len(self.key_codes)

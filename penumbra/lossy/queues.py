@@ -1,95 +1,172 @@
-"""Arrival queues of the AYAC NFA (section 4).
+"""Arrival queues of the AYAC NFA (section 4), as numpy columns.
 
-* :class:`ArrivalQueue` is a Probabilistic Arrival Queue (PAQ, section 4.1): the
-  arrivals at one NFA state in increasing time t, each with u, an upper bound on the
-  score of every path reaching the state at t. Old arrivals leave by the window
-  (dequeue); the largest u of the queue, needed by the bound v_new of section 5.1, is
-  kept by a monotonic queue of decreasing u, so it costs amortised O(1).
-* :class:`TimeQueue` holds entries in time order, searched by binary search: the
-  Negative Arrival Queue (NAQ, section 4.2) of a negative component, and the PAQ of
-  V_1, whose arrivals all carry the same u = G_{0,1}(W) (so no maxima are kept).
+A :class:`Queue` holds every hashed queue of one NFA state (its Probabilistic Arrival
+Queues, PAQ, section 4.1) or of one negative component (its Negative Arrival Queues,
+NAQ, section 4.2). Columns: ``t`` (time), ``key`` (code of the hash key; 0 when not
+hashed), ``event`` (object column), and for a PAQ ``mask`` (bits of the WHERE clauses
+whose trivial predicates the event satisfies), ``bound`` (u: an upper bound on the
+score of every path reaching the state at t) and ``peak``, the running max of u over the
+key's queued entries up to this one: section 5.1's max_k u_k in O(1) per look-up (the
+paper keeps a monotonic structure for it; bulk dequeues recompute it). A NAQ is kept per clause, holding the
+events that satisfy the clause's trivial predicates, so a search for a negative is a
+count.
 
-An entry is a tuple ``(t, mask, event)`` (PAQ: ``(t, mask, event, u)``), ``mask`` the
-bits of the WHERE clauses whose trivial predicates the event satisfies. Tuples compare
-on t first and then on the integer mask, so ``bisect`` with ``(t, inf)`` or ``(t,)``
-finds time bounds without a key function. A moving head keeps dequeue O(1); the list
-is compacted when half of it is dead.
+Entries arrive in time order and are appended (amortised O(1) each); ``order`` lists
+them sorted by key code, then time, so the entries of one key (one hashed queue of
+section 5.2) are a contiguous run of ``order`` in time order, and a whole block of
+look-ups is one vectorised binary search. Look-ups return *ranks*, positions in
+``order``. A block's entries go to the end of their key's run: one merge of the int64
+``order`` per block. Entries at or before the window's horizon are a prefix of the
+columns; they are dropped once a queue has doubled since it was last compacted
+(dequeue by window, amortised O(1) per entry), and until then look-ups pass over them by
+time. Nothing here is a Python object per entry but the events themselves.
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, bisect_right
+import numpy as np
 
-__all__ = ["ArrivalQueue", "TimeQueue"]
+__all__ = ["Queue", "expand", "search"]
 
-_COMPACT_AT = 64
+#: A queue is compacted once it holds twice as many entries as after its last compaction
+#: (and at least this many).
+COMPACT_MIN = 1024
 
 
-class TimeQueue:
-    """Entries ``(t, mask, event, ...)`` with non-decreasing t."""
+def search(values: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray,
+           strict: bool) -> np.ndarray:
+    """For each row, the first rank r in [lo, hi) with values[order[r]] > x (``strict``)
+    or >= x, else hi; values[order] sorted on each [lo, hi). A vectorised binary search
+    (as many rounds as the longest range has bits)."""
+    lo, hi = lo.copy(), hi.copy()
+    top = len(order) - 1
+    open_ = lo < hi
+    while open_.any():
+        mid = (lo + hi) >> 1
+        value = values[order[np.minimum(mid, top)]]
+        right = open_ & ((value <= x) if strict else (value < x))
+        lo = np.where(right, mid + 1, lo)
+        hi = np.where(open_ & ~right, mid, hi)
+        open_ = lo < hi
+    return lo
 
-    __slots__ = ("entries", "head")
 
-    def __init__(self):
-        self.entries: list[tuple] = []
-        self.head = 0
+def _running_max(key: np.ndarray, value: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Running max of ``value`` within each run of equal ``key`` (sorted by key), each run
+    starting from its first row's ``earlier``; exact (by ranks, no arithmetic on values)."""
+    if not len(key):
+        return value.copy()
+    first = np.concatenate(([True], key[1:] != key[:-1]))
+    value = value.copy()
+    value[first] = np.maximum(value[first], earlier[first])
+    levels, rank = np.unique(value, return_inverse=True)
+    offset = (np.cumsum(first) - 1) * len(levels)
+    return levels[np.maximum.accumulate(offset + rank) - offset]
+
+
+def expand(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranges [start, stop) laid end to end: the row each index came from, and the index."""
+    counts = stop - start
+    rows = np.repeat(np.arange(len(start)), counts)
+    offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rows, start[rows] + offsets
+
+
+class Queue:
+    """Entries appended in time order, ``order`` sorting them by (key code, t);
+    ``bounded`` adds the PAQ columns mask and bound. Columns hold spare capacity:
+    entries are ``[0, len(queue))``."""
+
+    __slots__ = ("size", "t", "key", "event", "mask", "bound", "peak", "order", "compacted")
+
+    def __init__(self, bounded: bool):
+        self.size = 0
+        self.t = np.empty(0, np.int64)
+        self.key = np.empty(0, np.int64)
+        self.event = np.empty(0, object)
+        self.mask = np.empty(0, np.int64) if bounded else None
+        self.bound = np.empty(0) if bounded else None
+        self.peak = np.empty(0) if bounded else None
+        self.order = np.empty(0, np.int64)
+        self.compacted = 0
 
     def __len__(self) -> int:
-        return len(self.entries) - self.head
+        return self.size
+
+    def _columns(self) -> tuple[str, ...]:
+        return ("t", "key", "event") if self.bound is None else ("t", "key", "event", "mask", "bound", "peak")
+
+    def _resize(self, capacity: int, drop: int = 0) -> None:
+        """Move the entries from ``drop`` on to columns of ``capacity``."""
+        for name in self._columns():
+            column = getattr(self, name)
+            resized = np.empty(capacity, column.dtype)
+            resized[:self.size - drop] = column[drop:self.size]
+            setattr(self, name, resized)
+        self.size -= drop
+
+    def push(self, t: np.ndarray, key: np.ndarray, event: np.ndarray,
+             mask: np.ndarray | None = None, bound: np.ndarray | None = None) -> None:
+        """Enqueue a block of entries, in time order and not older than any queued."""
+        count = len(t)
+        if not count:
+            return
+        if self.size + count > len(self.t):
+            self._resize(2 * (self.size + count))
+        first = self.size
+        by_key = np.argsort(key, kind="stable")           # by key, in time order within a key
+        after = np.searchsorted(self.key[:first], key[by_key], side="right", sorter=self.order)
+        new = {"t": t, "key": key, "event": event, "mask": mask, "bound": bound}
+        if bound is not None:
+            # the running max goes on from the key's newest queued entry
+            newest = self.order[np.maximum(after - 1, 0)] if first else np.zeros(count, np.int64)
+            earlier = np.where((after > 0) & (self.key[newest] == key[by_key]), self.peak[newest], 0.0) \
+                if first else np.zeros(count)
+            peak = np.empty(count)
+            peak[by_key] = _running_max(key[by_key], bound[by_key], earlier)
+            new["peak"] = peak
+        for name in self._columns():
+            getattr(self, name)[first:first + count] = new[name]
+        self.size += count
+        at = after + np.arange(count)
+        old = np.ones(first + count, bool)
+        old[at] = False
+        order = np.empty(first + count, np.int64)
+        order[old] = self.order
+        order[at] = first + by_key
+        self.order = order
+
+    def find(self, key: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rank ranges [start, stop) of the entries with each key and lo < t < hi;
+        ``order[start:stop]`` are their indices, in time order."""
+        keys = self.key[:self.size]
+        first = np.searchsorted(keys, key, side="left", sorter=self.order)
+        last = np.searchsorted(keys, key, side="right", sorter=self.order)
+        start = search(self.t, self.order, first, last, lo, strict=True)
+        return start, search(self.t, self.order, start, last, hi, strict=False)
+
+    def entries(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of rank ranges [start, stop): the row each came from, and its index."""
+        rows, ranks = expand(start, stop)
+        return rows, self.order[ranks]
+
+    def due(self) -> bool:
+        """Whether the queue has doubled since its last compaction."""
+        return self.size > 2 * max(self.compacted, COMPACT_MIN)
 
     def expire(self, horizon: int) -> int:
-        """Dequeue the entries at or before ``horizon``; returns how many went."""
-        entries, head = self.entries, self.head
-        if head == len(entries) or entries[head][0] > horizon:
-            return 0
-        self.head = bisect_right(entries, (horizon, math.inf), head)
-        gone = self.head - head
-        if self.head >= _COMPACT_AT and 2 * self.head >= len(entries):
-            self._compact()
+        """Dequeue the entries at or before ``horizon`` (a prefix, by time order)."""
+        gone = int(np.searchsorted(self.t[:self.size], horizon, side="right"))
+        if gone:
+            self._resize(2 * (self.size - gone), drop=gone)
+            self.order = self.order[self.order >= gone] - gone
+            if self.peak is not None:
+                self.peak[self.order] = _running_max(self.key[self.order], self.bound[self.order],
+                                                     np.zeros(self.size))
+        self.compacted = self.size
         return gone
 
-    def _compact(self) -> None:
-        del self.entries[:self.head]
-        self.head = 0
-
-    def span(self, lo: int, hi: int) -> range:
-        """Indices of the entries with lo < t < hi (open interval, binary search)."""
-        entries = self.entries
-        return range(bisect_right(entries, (lo, math.inf), self.head), bisect_left(entries, (hi,), self.head))
-
-    def oldest(self) -> int | None:
-        return self.entries[self.head][0] if self.head < len(self.entries) else None
-
-
-class ArrivalQueue(TimeQueue):
-    """PAQ: entries ``(t, mask, event, u)``, with max u in amortised O(1)."""
-
-    __slots__ = ("peaks", "peaks_head")
-
-    def __init__(self):
-        self.entries: list[tuple] = []
-        self.head = 0
-        # indices of entries whose u is larger than every later u (a monotonic queue)
-        self.peaks: list[int] = []
-        self.peaks_head = 0
-
-    def push(self, t: int, event, mask: int, bound: float = 1.0) -> None:
-        peaks, entries = self.peaks, self.entries
-        while len(peaks) > self.peaks_head and entries[peaks[-1]][3] <= bound:
-            peaks.pop()
-        peaks.append(len(entries))
-        entries.append((t, mask, event, bound))
-
-    def max_bound(self) -> float:
-        """max_k u_k over the queue (0 when empty)."""
-        peaks = self.peaks
-        while self.peaks_head < len(peaks) and peaks[self.peaks_head] < self.head:
-            self.peaks_head += 1
-        return self.entries[peaks[self.peaks_head]][3] if self.peaks_head < len(peaks) else 0.0
-
-    def _compact(self) -> None:
-        head = self.head
-        self.peaks = [k - head for k in self.peaks[self.peaks_head:] if k >= head]
-        self.peaks_head = 0
-        super()._compact()
+    def keys(self) -> np.ndarray:
+        """The key codes with entries queued, sorted (the paper's hashed queues)."""
+        keys = self.key[self.order]
+        return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if self.size else keys

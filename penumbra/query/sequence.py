@@ -34,16 +34,17 @@ from dataclasses import dataclass, field
 from lark import v_args
 
 from .ast import Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, evaluate, variables_of
+from ..events import GAP_FAMILIES, gap_problem
 from .errors import QueryError
 
-__all__ = ["GAP_FAMILIES", "Clause", "GapSpec", "SequenceBuilder", "SequenceComponent", "SequenceQuery",
+__all__ = ["Clause", "GapSpec", "SequenceBuilder", "SequenceComponent", "SequenceQuery",
            "disjunctive_normal_form"]
 
 #: Largest number of conjunctive clauses a WHERE may expand to.
 MAX_CLAUSES = 64
 
-#: Gap-density families of the ``GAP`` clause and their argument counts (None: one or more).
-GAP_FAMILIES = {"uniform": 2, "exponential": 1, "histogram": None}
+#: Largest window: the scoring tables hold one entry per time unit of the window.
+MAX_WINDOW = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -216,25 +217,18 @@ def _gap(item: Expr, components: dict[str, SequenceComponent], first_positive: s
 
 
 def _check_gap_params(family: str, params: list[float], call: Call) -> None:
-    if family == "uniform":
-        lo, hi = params
-        if lo != int(lo) or hi != int(hi) or not 1 <= lo <= hi:
-            raise QueryError.at(call, f"uniform(lo, hi) needs integers 1 <= lo <= hi, got {lo:g}, {hi:g}")
-    elif family == "exponential":
-        if params[0] <= 0:
-            raise QueryError.at(call, f"exponential(mean) needs mean > 0, got {params[0]:g}")
-    else:
-        width, weights = params[0], params[1:]
-        if width != int(width) or width < 1:
-            raise QueryError.at(call, f"histogram(width, ...) needs an integer width >= 1, got {width:g}")
-        if min(weights) < 0 or sum(weights) <= 0:
-            raise QueryError.at(call, "histogram weights must be >= 0 and not all 0")
+    problem = gap_problem(family, params)
+    if problem:
+        raise QueryError.at(call, problem)
 
 
 def _window(duration) -> int:
     seconds = duration.seconds()
     if seconds != round(seconds) or seconds < 1:
         raise QueryError.at(duration, f"WITHIN needs a whole number of time units >= 1, got {seconds:g}")
+    if seconds > MAX_WINDOW:
+        raise QueryError.at(duration, f"WITHIN {seconds:g} is too long: at most {MAX_WINDOW:,} time units "
+                            "(the scoring tables hold one entry per time unit)")
     return int(round(seconds))
 
 

@@ -14,7 +14,10 @@ from penumbra.timestamps import Histogram, Interval
 STREAMS = {"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]},
                                      "s2": {"edges": [0, 10, 20, 30, 40], "probs": [0.15, 0.3, 0.4, 0.15]}},
                        "max_delay": 500},
-           "acoustic": {"pi": 20, "rho": 5, "max_delay": 100, "miss_prob": 0.1}}
+           "acoustic": {"pi": 20, "rho": 5, "max_delay": 100, "miss_prob": 0.1},
+           "exit": {"miss_prob": 0.2, "gap": {"histogram": {"width": 10, "weights": [3, 2, 1]}}},
+           "counter": {"gap": {"uniform": [10, 200]}},
+           "aisle": {"gap": {"exponential": 40}}}
 
 
 @pytest.fixture
@@ -130,6 +133,9 @@ def test_stream_parameters(streams):
     mixed = parse_streams({"m": {"templates": STREAMS["seismic"]["templates"], "pi": 60, "rho": 2}})["m"]
     assert (mixed.longest, mixed.shortest, mixed.template_only) == (60, 2, False)
     assert streams.get_or_default("other").max_delay == 0
+    assert streams["exit"].gap == ("histogram", (10.0, 3.0, 2.0, 1.0))
+    assert streams["counter"].gap == ("uniform", (10.0, 200.0))
+    assert streams["aisle"].gap == ("exponential", (40.0,)) and seismic.gap is None
     assert parse_streams(streams.to_json()).to_json() == streams.to_json()
 
 
@@ -142,6 +148,18 @@ def test_stream_parameters(streams):
     ({"s": {"templates": {"t": {"edges": [0, 2, 1], "probs": [0.5, 0.5]}}}}, "s.templates.t.edges[2]",
      "strictly increasing"),
     ({"s": {"delay": 3}}, "s.delay", "unknown field"),
+    ({"s": {"gap": {"normal": [1, 2]}}}, "s.gap", "one density"),
+    ({"s": {"gap": {"uniform": [1, 2], "exponential": 3}}}, "s.gap", "one density"),
+    ({"s": {"gap": {"uniform": [5, 2]}}}, "s.gap.uniform", "1 <= lo <= hi"),
+    ({"s": {"gap": {"uniform": 5}}}, "s.gap.uniform", "[lo, hi]"),
+    ({"s": {"gap": {"exponential": -1}}}, "s.gap.exponential", "mean > 0"),
+    ({"s": {"gap": {"exponential": "40"}}}, "s.gap.exponential", "number"),
+    ({"s": {"gap": {"histogram": {"width": 0, "weights": [1]}}}}, "s.gap.histogram", "width >= 1"),
+    ({"s": {"gap": {"histogram": {"width": 2, "weights": []}}}}, "s.gap.histogram.weights", "list of 1"),
+    ({"s": {"gap": {"histogram": {"width": 2, "weights": [0, 0]}}}}, "s.gap.histogram", "not all 0"),
+    ({"s": {"gap": {"histogram": {"width": 2, "weights": [1, None]}}}}, "s.gap.histogram.weights[1]", "number"),
+    ({"s": {"gap": {"histogram": {"width": 2, "weights": [1], "bins": 3}}}}, "s.gap.histogram.bins",
+     "unknown field"),
     ({"s": [1]}, "s", "object"),
     ({"A": {}, "a": {}}, "a", "case-insensitive"),
 ])

@@ -10,7 +10,7 @@ import pytest
 
 from penumbra.engine import compile_query
 from penumbra.events import Event, parse_event, parse_streams
-from penumbra.lossy import LossyOperator, build_operator
+from penumbra.lossy import GapHistogram, LossyOperator, build_operator
 from penumbra.query import QueryError, parse
 from penumbra.timestamps import Histogram, Interval
 
@@ -202,3 +202,42 @@ def test_idle_queues_are_swept():
     for start in range(0, len(events), 1000):
         op.feed(events[start:start + 1000])
     assert op.queue_count() < 6_000 < 40_000 == len(events)
+
+
+def test_stream_gap_parameters_fix_the_density():
+    """A stream's ``gap`` fixes f like the query's GAP clause, which takes precedence."""
+    streams = parse_streams({"shelf": {"miss_prob": 0.2}, "counter": {"miss_prob": 0.3, "gap": {"uniform": [1, 10]}},
+                             "exit": {"miss_prob": 0.1}})
+    events = [rfid("shelf", "a1", 0, 1), rfid("exit", "c1", 5, 1)]
+    query = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag {gap}WITHIN 100 THRESHOLD 0.5"
+    op = build_operator(parse(query.format(gap="")), streams)
+    assert "y" not in op.learned
+    # S^N(5) = (1 - F) / (0.3 F + 1 - F) with F = P(gap < 5) = 4/10, then 4/20 under the query's GAP
+    assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.6 / 0.72)]
+    op = build_operator(parse(query.format(gap="GAP y = uniform(1, 20) ")), streams)
+    assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.8 / 0.86)]
+
+
+@pytest.mark.parametrize("threshold", [0.05, 0.9])
+def test_negative_densities_learn_from_their_own_events(threshold):
+    """A negative's gap samples are the time from the newest earlier read of the positive
+    before it (the aisle) of the same tag, within W, to each counter read: a brute-force
+    scan finds the same gaps, at any threshold."""
+    window = 80
+    query = parse("SEQUENCE(Shelf x, Aisle a, !Counter y, Exit z) WHERE " + HASHED +
+                  f" DEFAULT a.tag = x.tag WITHIN {window} THRESHOLD {threshold}")
+    events = random_store(6, visits=900)
+    op = build_operator(query, STREAMS)
+    run(op, events)
+    gaps = []
+    for counter in (e for e in events if e.stream == "counter"):
+        aisles = [e.ts.lo for e in events if e.stream == "aisle" and e.attrs["tag"] == counter.attrs["tag"]
+                  and counter.ts.lo - window < e.ts.lo < counter.ts.lo]
+        if aisles:
+            gaps.append(counter.ts.lo - max(aisles))
+    expected = GapHistogram(window)
+    expected.add(np.array(gaps))
+    learned = op.learned["y"]
+    learned.add(np.array(op.gap_samples["y"], dtype=np.int64))
+    assert learned.observations == len(gaps) > 300
+    assert learned.counts.tolist() == expected.counts.tolist()

@@ -44,6 +44,7 @@ def test_defaults_and_gaps():
     ("SEQUENCE(!A x) WITHIN 5 THRESHOLD 0.5", "at least one positive", 1, 1),
     ("SEQUENCE(A x, B y) WITHIN 5 THRESHOLD 0", "threshold must be in (0, 1]", 1, 39),
     ("SEQUENCE(A x, B y) WITHIN 2.5 THRESHOLD 0.5", "whole number of time units", 1, 27),
+    ("SEQUENCE(A x, B y) WITHIN 20000000 THRESHOLD 0.5", "at most 10,000,000", 1, 27),
     ("SEQUENCE(A x, B y)\nWHERE x.v > 1 AND 1 = 2 WITHIN 5 THRESHOLD 0.5", "can never hold", 2, 7),
     ("SEQUENCE(A x, !B y, !C z) WHERE y.v = z.v WITHIN 5 THRESHOLD 0.5", "one negative component", 1, 33),
     ("SEQUENCE(A x, !B y) DEFAULT y.v = 1 WITHIN 5 THRESHOLD 0.5", "only a missed positive", 1, 29),

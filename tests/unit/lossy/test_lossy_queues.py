@@ -1,44 +1,93 @@
-"""PAQ and NAQ (AYAC sections 4.1, 4.2, 5.1) against plain lists."""
+"""PAQ and NAQ columns (AYAC sections 4.1, 4.2, 5.1, 5.2) against plain lists."""
 
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import numpy as np
 from hypothesis import given, settings
 
-from penumbra.lossy.queues import ArrivalQueue, TimeQueue
+from penumbra.lossy.queues import Queue, expand, search
 
-operations = st.lists(st.one_of(
-    st.tuples(st.just("push"), st.integers(0, 3), st.floats(0, 1)),
-    st.tuples(st.just("expire"), st.integers(0, 6), st.just(0.0))), max_size=300)
+blocks = st.lists(st.one_of(
+    st.tuples(st.just("push"), st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.floats(0, 1)),
+                                        max_size=12)),
+    st.tuples(st.just("expire"), st.integers(0, 8))), max_size=40)
 
 
 @settings(max_examples=200, deadline=None)
-@given(operations)
-def test_max_bound_and_span_follow_the_live_entries(ops):
-    """max u and the open-interval search equal a scan of the entries still queued,
-    through pushes, dequeues by window and compactions."""
-    queue, live, t = ArrivalQueue(), [], 0
-    for op, step, value in ops:
+@given(blocks, st.integers(0, 12), st.integers(1, 12))
+def test_queue_follows_a_list_of_entries(ops, back, width):
+    """Blocks pushed in time order over several keys, dequeues by window: the ranges
+    found, the running max of u and the keys queued equal a scan of the live entries."""
+    queue, live, clock = Queue(bounded=True), [], 0
+    for op, arg in ops:
         if op == "push":
-            t += step
-            queue.push(t, f"e{t}", 1, value)
-            live.append((t, value))
+            rows = []
+            for step, key, u in arg:
+                clock += step
+                rows.append((clock, key, u))
+            queue.push(np.array([r[0] for r in rows], np.int64), np.array([r[1] for r in rows], np.int64),
+                       np.array([f"e{r[0]}-{r[1]}" for r in rows], object), np.ones(len(rows), np.int64),
+                       np.array([r[2] for r in rows]))
+            live += rows
         else:
-            horizon = t - step
-            gone = queue.expire(horizon)
-            assert gone == sum(1 for time, _ in live if time <= horizon)
-            live = [(time, u) for time, u in live if time > horizon]
+            horizon = clock - arg
+            assert queue.expire(horizon) == sum(1 for t, _, _ in live if t <= horizon)
+            live = [row for row in live if row[0] > horizon]
         assert len(queue) == len(live)
-        assert queue.max_bound() == max((u for _, u in live), default=0.0)
-        assert queue.oldest() == (live[0][0] if live else None)
-        lo, hi = t - 5, t
-        assert [queue.entries[n][0] for n in queue.span(lo, hi)] == [time for time, _ in live if lo < time < hi]
+        assert queue.keys().tolist() == sorted({key for _, key, _ in live})
+        keys = np.arange(0, 6, dtype=np.int64)
+        lo = np.full(len(keys), clock - back - width, np.int64)
+        hi = np.full(len(keys), clock - back, np.int64)
+        start, stop = queue.find(keys, lo, hi)
+        for n, key in enumerate(keys.tolist()):
+            inside = [(t, u) for t, k, u in live if k == key and lo[n] < t < hi[n]]
+            found = queue.order[start[n]:stop[n]]
+            assert queue.t[found].tolist() == [t for t, _ in inside]
+            assert queue.event[found].tolist() == [f"e{t}-{key}" for t, _ in inside]
+            if inside:      # max u over the key's queued entries before hi (a bound on the window's)
+                peak = queue.peak[queue.order[stop[n] - 1]]
+                assert peak == max(u for t, k, u in live if k == key and t < hi[n])
 
 
-def test_naq_binary_search_is_open_on_both_sides():
-    queue = TimeQueue()
-    for time in (1, 3, 3, 5, 8):
-        queue.entries.append((time, 1, f"e{time}"))
-    assert [queue.entries[n][0] for n in queue.span(1, 8)] == [3, 3, 5]
-    assert list(queue.span(3, 5)) == [] and list(queue.span(8, 20)) == []
-    assert queue.expire(3) == 3 and [queue.entries[n][0] for n in queue.span(0, 100)] == [5, 8]
+def test_search_is_a_binary_search_per_row():
+    values = np.array([9, 1, 2, 3, 3, 5, 8, 2], np.int64)
+    order = np.array([1, 3, 4, 5, 6, 2, 7, 0], np.int64)     # two sorted ranks ranges: [0, 5) and [5, 8)
+    lo, hi = np.array([0, 0, 0, 5, 5], np.int64), np.array([5, 5, 5, 8, 8], np.int64)
+    x = np.array([3, 3, 100, 2, 0], np.int64)
+    assert search(values, order, lo, hi, x, strict=True).tolist() == [3, 3, 5, 7, 5]
+    assert search(values, order, lo, hi, x, strict=False).tolist() == [1, 1, 5, 5, 5]
+
+
+def test_naq_search_is_open_on_both_sides():
+    queue = Queue(bounded=False)
+    times = np.array([1, 3, 3, 5, 8], np.int64)
+    queue.push(times, np.zeros(5, np.int64), np.array([f"e{t}" for t in times], object))
+    one = np.zeros(1, np.int64)
+    start, stop = queue.find(one, np.array([1]), np.array([8]))
+    assert queue.t[queue.order[start[0]:stop[0]]].tolist() == [3, 3, 5]
+    for lo, hi in ((3, 5), (8, 20), (5, 5)):
+        start, stop = queue.find(one, np.array([lo]), np.array([hi]))
+        assert start[0] == stop[0]
+    assert queue.expire(3) == 3 and queue.t[:len(queue)].tolist() == [5, 8]
+
+
+def test_queue_capacity_and_expiry_keep_the_order():
+    """Appends past the capacity and compactions keep every key's entries in time order."""
+    queue = Queue(bounded=False)
+    rng = np.random.default_rng(5)
+    clock = 0
+    for block in range(60):
+        times = clock + np.sort(rng.integers(0, 50, 40))
+        clock = int(times[-1])
+        queue.push(times, rng.integers(0, 7, 40), np.array([f"b{block}"] * 40, object))
+        if block % 9 == 8:
+            queue.expire(clock - 300)
+        keys, ts = queue.key[queue.order], queue.t[queue.order]
+        assert len(queue.order) == len(queue) and sorted(queue.order.tolist()) == list(range(len(queue)))
+        assert np.all((np.diff(keys) > 0) | ((np.diff(keys) == 0) & (np.diff(ts) >= 0)))
+
+
+def test_expand_lays_ranges_end_to_end():
+    rows, index = expand(np.array([4, 0, 7], np.int64), np.array([6, 0, 10], np.int64))
+    assert rows.tolist() == [0, 0, 2, 2, 2] and index.tolist() == [4, 5, 7, 8, 9]
