@@ -13,7 +13,7 @@ live source's events would not all be resident); the unfrozen figure is printed 
 
     python bench/lossy_throughput.py [--quick]
 
-prints the figures and writes bench/out/lossy_throughput.png.
+prints the figures and writes bench/out/lossy_throughput.png and lossy_throughput.md.
 """
 
 from __future__ import annotations
@@ -44,9 +44,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line)
+        lines.append(line)
+
     tags, visits, repeats = (1_000, 3_000, 1) if args.quick else (10_000, 70_000, 3)
     events = lossy_workload.shop(tags, visits)
-    print(f"workload: {len(events):,} events, {tags:,} tags, W = {WINDOW}, blocks of {BLOCK:,}")
+    say(f"workload: {len(events):,} events, {tags:,} tags, W = {WINDOW}, blocks of {BLOCK:,}")
 
     def best(miss: float) -> tuple[float, int]:
         runs = [lossy_workload.run(events, WINDOW, miss, BLOCK) for _ in range(repeats)]
@@ -59,13 +65,13 @@ def main() -> None:
     for miss in (0.0, 0.1, 0.3):
         seconds, matches = best(miss)
         rows.append((f"operator eps={miss:g}", seconds, matches))
-    print(f"{'':22s} {'tuples/s':>12s} {'us/tuple':>9s} {'x baseline':>10s} {'matches':>8s}")
+    say(f"{'':22s} {'tuples/s':>12s} {'us/tuple':>9s} {'x baseline':>10s} {'matches':>8s}")
     for name, seconds, matches in rows:
-        print(f"{name:22s} {rate(events, seconds):12,.0f} {1e6 * seconds / len(events):9.2f} "
+        say(f"{name:22s} {rate(events, seconds):12,.0f} {1e6 * seconds / len(events):9.2f} "
               f"{seconds / baseline:10.1f} {'' if matches is None else f'{matches:8,d}'}")
-    print(f"{'operator eps=0.1, gc on':22s} {rate(events, unfrozen):12,.0f} "
+    say(f"{'operator eps=0.1, gc on':22s} {rate(events, unfrozen):12,.0f} "
           f"{1e6 * unfrozen / len(events):9.2f} {unfrozen / baseline:10.1f}")
-    print(f"target {TARGET:,} tuples/s: eps=0.1 reaches {rate(events, rows[2][1]) / TARGET:.0%} of it")
+    say(f"target {TARGET:,} tuples/s: eps=0.1 reaches {rate(events, rows[2][1]) / TARGET:.0%} of it")
 
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
@@ -80,6 +86,7 @@ def main() -> None:
     axes.legend()
     figure.tight_layout()
     figure.savefig(out / "lossy_throughput.png", dpi=120)
+    (out / "lossy_throughput.md").write_text("# Lossy CEP throughput (shoplifting, one core)\n\n```\n" + "\n".join(lines) + "\n```\n\n![figure](lossy_throughput.png)\n")
     print(f"wrote {out / 'lossy_throughput.png'}")
 
 
