@@ -89,3 +89,32 @@ def test_python_dash_m(tmp_path):
     done = subprocess.run([sys.executable, "-m", "penumbra", "eval", *example_args()],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.count("\n") > 20
+
+
+SHOP = EXAMPLE.parent / "shoplifting"
+
+
+def test_the_shoplifting_example(capsys):
+    """SEQUENCE(Shelf x, !Counter y, Exit z): every unpaid exit within W of a shelf read of
+    its tag, with S^N(T) = (1 - F) / (eps F + 1 - F), F(T) = P(gap < T) under the counter
+    stream's gap uniform(10, 200) and eps = 0.1, counted here gap by gap."""
+    code, out, err = run(capsys, "--query-file", str(SHOP / "query.pq"), "--streams", str(SHOP / "streams.json"),
+                         "--events", str(SHOP / "events.jsonl"), "--block-size", "4")
+    assert code == 0 and err == ""
+    found = {(m["events"]["x"], m["events"]["z"]): m["prob"] for m in map(json.loads, out.splitlines())}
+    events = [json.loads(line) for line in (SHOP / "events.jsonl").read_text().splitlines()]
+    expected = {}
+    for x in (e for e in events if e["stream"] == "shelf"):
+        for z in (e for e in events if e["stream"] == "exit" and e["attrs"] == x["attrs"]):
+            lo, hi = x["ts"]["lo"], z["ts"]["lo"]
+            paid = any(e["stream"] == "counter" and e["attrs"] == x["attrs"] and lo < e["ts"]["lo"] < hi
+                       for e in events)
+            if paid or not 0 < hi - lo < 600:
+                continue
+            f = sum(1 for gap in range(10, 201) if gap < hi - lo) / 191
+            p = (1 - f) / (0.1 * f + 1 - f)
+            if p >= 0.5:
+                expected[x["id"], z["id"]] = p
+    assert set(found) == set(expected) and len(found) == 4
+    for pair, p in expected.items():
+        assert found[pair] == pytest.approx(p, rel=1e-12)
