@@ -65,7 +65,7 @@ from ..timestamps import Interval
 from .model import GapHistogram, RunComponent, gap_pmf, run_score
 from .queues import Queue
 
-__all__ = ["LEARN_EVERY", "LossyOperator"]
+__all__ = ["LEARN_CHECK_EVERY", "LEARN_EVERY", "LossyOperator"]
 
 _STREAM, _TS, _LO, _HI = attrgetter("stream"), attrgetter("ts"), attrgetter("lo"), attrgetter("hi")
 
@@ -76,9 +76,13 @@ _NO_KEY = 0
 #: this many, and at least W / 4 so the O(W) update costs amortised O(1) per sample.
 LEARN_EVERY = 1024
 
+#: Events processed between two points where the tables may move. Counted in event
+#: order, so every event meets the same tables however the input is cut into blocks.
+LEARN_CHECK_EVERY = 8192
+
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
-          "held_events", "held_streams", "anchors", "clock", "seen", "boundary", "sequence", "totals", "key_codes",
+          "held_events", "held_streams", "anchors", "clock", "seen", "processed", "sequence", "totals", "key_codes",
           "next_code", "live_codes")
 
 
@@ -196,8 +200,8 @@ class LossyOperator(Operator):
     the positive before it; a negative component's from each of its events: the time
     since the newest earlier event of the positive before it with the same hash key
     (within W), so what is learned does not depend on which paths the threshold prunes
-    (a negative not tied to the hash key is not learned). The tables move at the first
-    multiple of W in event time after max(LEARN_EVERY, W / 4) gaps were gathered, so
+    (a negative not tied to the hash key is not learned). The tables move after every
+    LEARN_CHECK_EVERY events processed, once max(LEARN_EVERY, W / 4) new gaps wait, so
     results do not depend on how the input is cut into blocks. Bounds u are computed
     at arrival (section 4.1) with the tables then in force, so for up to W after a move
     a path the new tables score just above the threshold may have been pruned; with
@@ -302,7 +306,7 @@ class LossyOperator(Operator):
         self.held_streams: list[int] = []
         self.clock = -math.inf              # time of the last event processed
         self.seen = -math.inf               # largest time seen
-        self.boundary = -math.inf           # next multiple of W where learned tables may move
+        self.processed = 0                  # events run through the NFA
         self.sequence = 0                   # arrival order, to break ties in heaps
         self.totals = {"events": 0, "matches": 0, "late": 0, "arrivals": 0, "pruned_arrivals": 0,
                        "pruned_paths": 0, "negated_paths": 0, "ignored": 0}
@@ -520,8 +524,7 @@ class LossyOperator(Operator):
 
     def _process(self, count: int, out: BlockResult) -> None:
         """Run the first ``count`` held events through the NFA, in chunks that end where
-        learned tables may move (multiples of W in event time), so every event meets
-        the same tables however the input is cut into blocks."""
+        learned tables may move (every LEARN_CHECK_EVERY events processed)."""
         if not count:
             return
         times = np.asarray(self.held_times[:count], dtype=np.int64)
@@ -531,16 +534,13 @@ class LossyOperator(Operator):
         del self.held_times[:count], self.held_events[:count], self.held_streams[:count]
         start = 0
         while start < count:
-            stop = count
-            if self.learned:
-                if times[start] >= self.boundary:
-                    if math.isfinite(self.boundary):
-                        self._release(self.boundary, out)
-                        if self.sample_count >= max(LEARN_EVERY, self.window // 4):
-                            self._learn()
-                    self.boundary = (int(times[start]) // self.window + 1) * self.window
-                stop = int(np.searchsorted(times, self.boundary, side="left"))
+            stop = min(count, start + LEARN_CHECK_EVERY - self.processed % LEARN_CHECK_EVERY) \
+                if self.learned else count
             self._chunk(times[start:stop], events[start:stop], streams[start:stop], out)
+            self.processed += stop - start
+            if self.learned and self.processed % LEARN_CHECK_EVERY == 0 \
+                    and self.sample_count >= max(LEARN_EVERY, self.window // 4):
+                self._learn()
             start = stop
 
     def _chunk(self, times: np.ndarray, events: np.ndarray, streams: np.ndarray, out: BlockResult) -> None:
@@ -567,12 +567,14 @@ class LossyOperator(Operator):
             selected.append((rows[usable], key[usable], mask[usable]))
         for k, queues in self.naqs.items():
             rows, key, mask = selected[k]
-            for bit, queue in enumerate(queues):
+            for bit, queue in enumerate(queues if len(rows) else ()):
                 has = (mask >> bit & 1).astype(bool)
                 queue.push(times[rows[has]], key[has], events[rows[has]])
         last = len(self.positives) - 1
         for state, k in enumerate(self.positives):
             rows, key, mask = selected[k]
+            if not len(rows):
+                continue
             t = times[rows]
             if state in self.anchors:
                 self.anchors[state].push(t, key, events[rows])
@@ -586,6 +588,8 @@ class LossyOperator(Operator):
                 self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], out)
         for k, state in self.anchor_of.items():
             rows, key, _ = selected[k]
+            if not len(rows):
+                continue
             anchors = self.anchors[state] if state in self.anchors else self.paqs[0]
             t = times[rows]
             start, stop = anchors.find(key, t - self.window, t)

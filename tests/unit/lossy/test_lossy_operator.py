@@ -11,6 +11,8 @@ import pytest
 from penumbra.engine import compile_query
 from penumbra.events import Event, parse_event, parse_streams
 from penumbra.lossy import GapHistogram, LossyOperator, build_operator
+from penumbra.lossy import operator as lossy_operator
+from penumbra.lossy.operator import LEARN_EVERY
 from penumbra.query import QueryError, parse
 from penumbra.timestamps import Histogram, Interval
 
@@ -79,11 +81,16 @@ def test_pruning_loses_no_match(threshold):
 
 
 @pytest.mark.parametrize("block", [1, 7, 1000])
-def test_learning_does_not_depend_on_blocks(block):
+def test_learning_does_not_depend_on_blocks(block, monkeypatch):
+    """The tables move at the same events however the input is cut (here four times:
+    checked every 1000 events instead of LEARN_CHECK_EVERY, to keep the stream short)."""
+    monkeypatch.setattr(lossy_operator, "LEARN_CHECK_EVERY", 1000)
     query = parse("SEQUENCE(Shelf x, Aisle a, !Counter y, Exit z) WHERE " + HASHED +
                   " DEFAULT a.tag = x.tag WITHIN 80 THRESHOLD 0.05")
-    events = random_store(3, visits=900)
-    reference = run(build_operator(query, STREAMS), events, block=50)
+    events = random_store(3, visits=3000)
+    op = build_operator(query, STREAMS)
+    reference = run(op, events, block=50)
+    assert sum(h.observations for h in op.learned.values()) > 4 * LEARN_EVERY
     assert as_set(run(build_operator(query, STREAMS), events, block=block)) == as_set(reference)
 
 
@@ -94,7 +101,7 @@ def test_learning_moves_the_probabilities():
     op = build_operator(query, STREAMS)
     prior = op.score[0, 1][5]
     events = []
-    for n in range(2000):     # exits 5 after the shelf, counters 3 after: short gaps
+    for n in range(4000):     # exits 5 after the shelf, counters 3 after: short gaps
         events += [rfid("shelf", f"a{n}", 20 * n, n), rfid("exit", f"c{n}", 20 * n + 5, n)]
         if n % 2:
             events.append(rfid("counter", f"b{n}", 20 * n + 3, n))
