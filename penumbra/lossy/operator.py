@@ -14,9 +14,10 @@ its arrivals get the bound of section 5.1,
     v_new = max_i (max_k u_{i,k}) G_{i,j}(t_new - t_{i,0})
 
 over V_i's queue (same hash key, earlier times, from this block too; t_{i,0} the
-oldest entry inside the window, max_k u_{i,k} a running max per key), and are enqueued
-only if v_new reaches the threshold (threshold pruning). Arrivals at the last state start backward match generation (section 4.2):
-partial paths, a block of them at a time, are extended from V_l back to V_1 through the
+oldest entry inside the window, max_k u_{i,k} a max over the key's last two epochs of
+W, see :mod:`.queues`), and are enqueued only if v_new reaches the threshold
+(threshold pruning). Arrivals at the last state start backward match generation
+(section 4.2): partial paths, a block of them at a time, are extended from V_l back to V_1 through the
 PAQs, keeping a path only while its score times the bound u of its next arrival reaches
 the threshold, searching each negative component's NAQ in its interval as soon as the
 predicates on it can be evaluated, and applying each non-trivial predicate as soon as
@@ -292,11 +293,12 @@ class LossyOperator(Operator):
         self.trailing_negatives = range(self.positives[-1] + 1, len(components))
         # a PAQ per state but the last (whose arrivals start match generation), a NAQ per
         # negative component and clause
-        self.paqs = [Queue(bounded=True) for _ in self.positives[:-1]]
-        # every arrival at a state that anchors a negative's gaps (V_1's PAQ holds them all)
-        self.anchors = {state: Queue(bounded=False) for state in set(self.anchor_of.values())
+        self.paqs = [Queue(self.window) for _ in self.positives[:-1]]
+        # every arrival at a state that anchors a negative's gaps (V_1's PAQ holds them all:
+        # their bound G_{0,1}(W) is 1, as S(1) = 1 for any run of negatives alone)
+        self.anchors = {state: Queue() for state in set(self.anchor_of.values())
                         if state > 0 or not self.paqs}
-        self.naqs = {k: [Queue(bounded=False) for _ in query.clauses] for k, c in enumerate(components) if c.negated}
+        self.naqs = {k: [Queue() for _ in query.clauses] for k, c in enumerate(components) if c.negated}
         self.key_codes: dict[Any, int] = {}
         self.next_code = _NO_KEY + 1
         self.live_codes = 0                 # codes kept by the last clean-up of key_codes
@@ -389,7 +391,8 @@ class LossyOperator(Operator):
     # --- Operator interface -------------------------------------------------------------
 
     def set_threshold(self, threshold: float) -> None:
-        """Takes effect for the next block. Arrivals pruned under a higher threshold stay pruned."""
+        """Takes effect for the next block. Arrivals pruned under a higher threshold stay
+        pruned; the bounds of queued ones hold at any threshold."""
         self.threshold = check_threshold(threshold)
         self._prune_edges()
 
@@ -625,14 +628,16 @@ class LossyOperator(Operator):
     def _bounds(self, state: int, t: np.ndarray, key: np.ndarray) -> np.ndarray:
         """u for arrivals at V_state (section 4.1 and 5.1): G_{0,1}(W) at the first state;
         else v_new = max_i (max_k u_{i,k}) G_{i,j}(t - t_{i,0}), with t_{i,0} V_i's oldest
-        entry in (t - W, t) with the same key and max_k u_{i,k} the key's running max up to
-        t. When H_{i,j} is non-increasing (runs of negatives, S^N), the tighter
-        H_{i,j}(t - t_{i,newest}) bounds every H_{i,j}(t - t_{i,k}) (the monotonic
-        improvement of section 5.1)."""
+        entry in (t - W, t) with the same key and max_k u_{i,k} over the key's entries of
+        t's epoch of W so far and of the epoch before. When H_{i,j} is non-increasing
+        (runs of negatives, S^N), the tighter H_{i,j}(t - t_{i,newest}) bounds every
+        H_{i,j}(t - t_{i,k}) (the monotonic improvement of section 5.1)."""
         if state == 0:
             return np.full(len(t), self.initial_bound)
         bound = np.zeros(len(t))
-        for i in self.incoming[state]:
+        # every edge that can score, not only those kept at this threshold: u stays an upper
+        # bound if the threshold is lowered later
+        for i in (i for i in range(state) if self.reach[i, state][self.window] > 0):
             queue = self.paqs[i]
             start, stop = queue.find(key, t - self.window, t)
             inside = start < stop
@@ -642,7 +647,7 @@ class LossyOperator(Operator):
             else:
                 gap = t - queue.t[queue.order[np.minimum(start, len(queue) - 1)]] if len(queue) else np.zeros_like(t)
                 factor = self.reach[i, state][np.where(inside, gap, 0)]
-            peak = queue.peak[queue.order[np.maximum(stop - 1, 0)]] if len(queue) else np.zeros(len(t))
+            peak = queue.peak(queue.order[np.maximum(stop - 1, 0)]) if len(queue) else np.zeros(len(t))
             bound = np.maximum(bound, np.where(inside, peak * factor, 0.0))
         return bound
 

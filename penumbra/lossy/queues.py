@@ -5,11 +5,15 @@ Queues, PAQ, section 4.1) or of one negative component (its Negative Arrival Que
 NAQ, section 4.2). Columns: ``t`` (time), ``key`` (code of the hash key; 0 when not
 hashed), ``event`` (object column), and for a PAQ ``mask`` (bits of the WHERE clauses
 whose trivial predicates the event satisfies), ``bound`` (u: an upper bound on the
-score of every path reaching the state at t) and ``peak``, the running max of u over the
-key's queued entries up to this one: section 5.1's max_k u_k in O(1) per look-up (the
-paper keeps a monotonic structure for it; bulk dequeues recompute it). A NAQ is kept per clause, holding the
-events that satisfy the clause's trivial predicates, so a search for a negative is a
-count.
+score of every path reaching the state at t), and ``run`` and ``before`` for section
+5.1's max_k u_k in O(1) per look-up (the paper keeps a monotonic structure for it). Time
+is cut into epochs of W; ``run`` is the max of u over the key's entries of the entry's
+epoch up to it, ``before`` the max over the key's entries of the epoch before, so
+max(run, before) at the newest entry before t covers every entry in (t - W, t). Both are
+carried only from an entry less than W older, which no dequeue has removed (dequeues
+stay W behind), so they depend on the input alone, not on when entries leave. A NAQ is
+kept per clause, holding the events that satisfy the clause's trivial predicates, so a
+search for a negative is a count.
 
 Entries arrive in time order and are appended (amortised O(1) each); ``order`` lists
 them sorted by key code, then time, so the entries of one key (one hashed queue of
@@ -51,12 +55,12 @@ def search(values: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray
     return lo
 
 
-def _running_max(key: np.ndarray, value: np.ndarray, earlier: np.ndarray) -> np.ndarray:
-    """Running max of ``value`` within each run of equal ``key`` (sorted by key), each run
-    starting from its first row's ``earlier``; exact (by ranks, no arithmetic on values)."""
-    if not len(key):
+def _running_max(first: np.ndarray, value: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Running max of ``value`` within each group of consecutive rows (``first`` marks
+    where one starts), from the group's ``earlier`` on; exact (by ranks, no arithmetic
+    on values)."""
+    if not len(value):
         return value.copy()
-    first = np.concatenate(([True], key[1:] != key[:-1]))
     value = value.copy()
     value[first] = np.maximum(value[first], earlier[first])
     levels, rank = np.unique(value, return_inverse=True)
@@ -73,20 +77,23 @@ def expand(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 class Queue:
-    """Entries appended in time order, ``order`` sorting them by (key code, t);
-    ``bounded`` adds the PAQ columns mask and bound. Columns hold spare capacity:
-    entries are ``[0, len(queue))``."""
+    """Entries appended in time order, ``order`` sorting them by (key code, t); a
+    ``window`` W makes it a PAQ, with the columns mask, bound, run and before. Columns
+    hold spare capacity: entries are ``[0, len(queue))``."""
 
-    __slots__ = ("size", "t", "key", "event", "mask", "bound", "peak", "order", "compacted")
+    __slots__ = ("size", "window", "t", "key", "event", "mask", "bound", "run", "before", "order", "compacted")
 
-    def __init__(self, bounded: bool):
+    def __init__(self, window: int | None = None):
         self.size = 0
+        self.window = window
+        bounded = window is not None
         self.t = np.empty(0, np.int64)
         self.key = np.empty(0, np.int64)
         self.event = np.empty(0, object)
         self.mask = np.empty(0, np.int64) if bounded else None
         self.bound = np.empty(0) if bounded else None
-        self.peak = np.empty(0) if bounded else None
+        self.run = np.empty(0) if bounded else None
+        self.before = np.empty(0) if bounded else None
         self.order = np.empty(0, np.int64)
         self.compacted = 0
 
@@ -94,7 +101,8 @@ class Queue:
         return self.size
 
     def _columns(self) -> tuple[str, ...]:
-        return ("t", "key", "event") if self.bound is None else ("t", "key", "event", "mask", "bound", "peak")
+        return ("t", "key", "event") if self.bound is None else \
+            ("t", "key", "event", "mask", "bound", "run", "before")
 
     def _resize(self, capacity: int, drop: int = 0) -> None:
         """Move the entries from ``drop`` on to columns of ``capacity``."""
@@ -118,13 +126,8 @@ class Queue:
         after = np.searchsorted(self.key[:first], key[by_key], side="right", sorter=self.order)
         new = {"t": t, "key": key, "event": event, "mask": mask, "bound": bound}
         if bound is not None:
-            # the running max goes on from the key's newest queued entry
-            newest = self.order[np.maximum(after - 1, 0)] if first else np.zeros(count, np.int64)
-            earlier = np.where((after > 0) & (self.key[newest] == key[by_key]), self.peak[newest], 0.0) \
-                if first else np.zeros(count)
-            peak = np.empty(count)
-            peak[by_key] = _running_max(key[by_key], bound[by_key], earlier)
-            new["peak"] = peak
+            new["run"], new["before"] = np.empty(count), np.empty(count)
+            new["run"][by_key], new["before"][by_key] = self._maxima(t[by_key], key[by_key], bound[by_key], after)
         for name in self._columns():
             getattr(self, name)[first:first + count] = new[name]
         self.size += count
@@ -135,6 +138,34 @@ class Queue:
         order[old] = self.order
         order[at] = first + by_key
         self.order = order
+
+    def _maxima(self, t: np.ndarray, key: np.ndarray, bound: np.ndarray,
+                after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``run`` and ``before`` of new entries sorted by (key, t); ``after`` is where each
+        would go among the queued ones (the key's newest queued entry is just before).
+        Called once the columns have room for them (so index 0 can be read)."""
+        window = self.window
+        epoch = t // window
+        same_key = np.concatenate(([False], key[1:] == key[:-1]))
+        first = ~same_key | np.concatenate(([True], epoch[1:] != epoch[:-1]))
+        # each group's predecessor: the key's previous new entry, else its newest queued one
+        newest = self.order[np.maximum(after - 1, 0)] if self.size else np.zeros(len(t), np.int64)
+        queued = ~same_key & (after > 0) & (self.key[newest] == key)
+        queued_t, queued_run, queued_before = self.t[newest], self.run[newest], self.before[newest]
+        continued = queued & (queued_t // window == epoch)          # same epoch: carry both
+        run = _running_max(first, bound, np.where(continued, queued_run, 0.0))
+        recent = t - window                                          # carry only from entries after this
+        previous_t, previous_run = np.roll(t, 1), np.roll(run, 1)
+        before = np.select(
+            [continued,
+             queued & (queued_t // window == epoch - 1) & (queued_t > recent),
+             same_key & (previous_t // window == epoch - 1) & (previous_t > recent)],
+            [queued_before, queued_run, previous_run], 0.0)
+        return run, before[first][np.cumsum(first) - 1]
+
+    def peak(self, index: np.ndarray) -> np.ndarray:
+        """max u over the key's entries in (t - W, t] for the entries at ``index`` (at time t)."""
+        return np.maximum(self.run[index], self.before[index])
 
     def find(self, key: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rank ranges [start, stop) of the entries with each key and lo < t < hi;
@@ -160,9 +191,6 @@ class Queue:
         if gone:
             self._resize(2 * (self.size - gone), drop=gone)
             self.order = self.order[self.order >= gone] - gone
-            if self.peak is not None:
-                self.peak[self.order] = _running_max(self.key[self.order], self.bound[self.order],
-                                                     np.zeros(self.size))
         self.compacted = self.size
         return gone
 

@@ -14,12 +14,15 @@ blocks = st.lists(st.one_of(
     st.tuples(st.just("expire"), st.integers(0, 8))), max_size=40)
 
 
-@settings(max_examples=200, deadline=None)
-@given(blocks, st.integers(0, 12), st.integers(1, 12))
-def test_queue_follows_a_list_of_entries(ops, back, width):
-    """Blocks pushed in time order over several keys, dequeues by window: the ranges
-    found, the running max of u and the keys queued equal a scan of the live entries."""
-    queue, live, clock = Queue(bounded=True), [], 0
+@settings(max_examples=300, deadline=None)
+@given(blocks, st.integers(1, 12), st.integers(0, 12))
+def test_queue_follows_a_list_of_entries(ops, window, back):
+    """Blocks pushed in time order over several keys, dequeues at least W behind: the
+    ranges found and the keys queued equal a scan of the live entries; the max u at the
+    newest entry before t bounds every u in (t - W, t) and equals its definition over
+    the whole input (epochs of W: the key's entries of t's epoch so far, and those of the
+    epoch before when its last one is less than W older than the epoch's first)."""
+    queue, live, history, clock = Queue(window), [], [], 0
     for op, arg in ops:
         if op == "push":
             rows = []
@@ -30,24 +33,36 @@ def test_queue_follows_a_list_of_entries(ops, back, width):
                        np.array([f"e{r[0]}-{r[1]}" for r in rows], object), np.ones(len(rows), np.int64),
                        np.array([r[2] for r in rows]))
             live += rows
+            history += rows
         else:
-            horizon = clock - arg
+            horizon = clock - window - arg
             assert queue.expire(horizon) == sum(1 for t, _, _ in live if t <= horizon)
             live = [row for row in live if row[0] > horizon]
         assert len(queue) == len(live)
         assert queue.keys().tolist() == sorted({key for _, key, _ in live})
         keys = np.arange(0, 6, dtype=np.int64)
-        lo = np.full(len(keys), clock - back - width, np.int64)
         hi = np.full(len(keys), clock - back, np.int64)
-        start, stop = queue.find(keys, lo, hi)
+        start, stop = queue.find(keys, hi - window, hi)
         for n, key in enumerate(keys.tolist()):
-            inside = [(t, u) for t, k, u in live if k == key and lo[n] < t < hi[n]]
+            inside = [(t, u) for t, k, u in live if k == key and hi[n] - window < t < hi[n]]
             found = queue.order[start[n]:stop[n]]
             assert queue.t[found].tolist() == [t for t, _ in inside]
             assert queue.event[found].tolist() == [f"e{t}-{key}" for t, _ in inside]
-            if inside:      # max u over the key's queued entries before hi (a bound on the window's)
-                peak = queue.peak[queue.order[stop[n] - 1]]
-                assert peak == max(u for t, k, u in live if k == key and t < hi[n])
+            if inside:
+                peak = queue.peak(queue.order[stop[n] - 1])
+                assert peak >= max(u for _, u in inside)
+                assert peak == defined_peak([(t, u) for t, k, u in history if k == key and t < hi[n]], window)
+
+
+def defined_peak(entries, window):
+    """max(run, before) of the last of a key's entries (in input order), from scratch."""
+    t_last = entries[-1][0]
+    epoch = t_last // window
+    this = [(t, u) for t, u in entries if t // window == epoch]
+    earlier = [(t, u) for t, u in entries if t // window == epoch - 1]
+    run = max(u for _, u in this)
+    carried = earlier and earlier[-1][0] > this[0][0] - window
+    return max(run, max(u for _, u in earlier) if carried else 0.0)
 
 
 def test_search_is_a_binary_search_per_row():
@@ -60,7 +75,7 @@ def test_search_is_a_binary_search_per_row():
 
 
 def test_naq_search_is_open_on_both_sides():
-    queue = Queue(bounded=False)
+    queue = Queue()
     times = np.array([1, 3, 3, 5, 8], np.int64)
     queue.push(times, np.zeros(5, np.int64), np.array([f"e{t}" for t in times], object))
     one = np.zeros(1, np.int64)
@@ -74,7 +89,7 @@ def test_naq_search_is_open_on_both_sides():
 
 def test_queue_capacity_and_expiry_keep_the_order():
     """Appends past the capacity and compactions keep every key's entries in time order."""
-    queue = Queue(bounded=False)
+    queue = Queue()
     rng = np.random.default_rng(5)
     clock = 0
     for block in range(60):
