@@ -12,6 +12,7 @@ from penumbra.engine import compile_query
 from penumbra.events import Event, parse_event, parse_streams
 from penumbra.lossy import GapHistogram, LossyOperator, build_operator
 from penumbra.lossy import operator as lossy_operator
+from penumbra.lossy import queues as lossy_queues
 from penumbra.lossy.operator import LEARN_EVERY
 from penumbra.query import QueryError, parse
 from penumbra.timestamps import Histogram, Interval
@@ -248,3 +249,30 @@ def test_negative_densities_learn_from_their_own_events(threshold):
     learned.add(np.array(op.gap_samples["y"], dtype=np.int64))
     assert learned.observations == len(gaps) > 300
     assert learned.counts.tolist() == expected.counts.tolist()
+
+
+@pytest.mark.parametrize("block", [1, 7])
+def test_bounds_do_not_depend_on_when_entries_leave(block, monkeypatch):
+    """With learned tables, a bound u computed before the tables move decides pruning
+    after: u must not depend on when old entries were dequeued, which depends on the
+    blocks. An old arrival of w's tag (w0, u = 1), far outside the window, must not
+    raise v1's bound in one cutting of the input and not in another."""
+    monkeypatch.setattr(lossy_operator, "LEARN_CHECK_EVERY", 200)
+    monkeypatch.setattr(lossy_operator, "LEARN_EVERY", 10)
+    monkeypatch.setattr(lossy_queues, "COMPACT_MIN", 8)
+    query = parse("SEQUENCE(A x, !N y0, B w, !M y, D v, C z) WHERE x.tag = w.tag AND w.tag = v.tag "
+                  "AND v.tag = z.tag AND y0.tag = x.tag AND y.tag = w.tag GAP y0 = uniform(1, 19) "
+                  "WITHIN 20 THRESHOLD 0.65")
+    streams = parse_streams({"N": {"miss_prob": 0.5}, "M": {"miss_prob": 0.5}})
+    events = [rfid("A", "x0", 0, 1), rfid("B", "w0", 1, 1)]
+    for n in range(40):        # other tags fill w's queue (compactions) and teach y a gap of 19
+        t = 100 + 3 * n
+        events += [rfid("A", f"a{n}", t, f"f{n}"), rfid("B", f"b{n}", t + 1, f"f{n}"),
+                   rfid("M", f"m{n}", t + 20, f"f{n}")]
+    late = 100 + 3 * 40 + 50
+    events += [rfid("A", "x1", late, 1), rfid("B", "w1", late + 10, 1), rfid("D", "v1", late + 15, 1)]
+    events.sort(key=lambda e: e.ts.lo)
+    events += [rfid("A", f"pad{n}", late + 16, f"p{n}") for n in range(200 - len(events))]   # tables move
+    events.append(rfid("C", "z1", late + 17, 1))
+    whole = as_set(run(build_operator(query, streams), events, block=len(events)))
+    assert as_set(run(build_operator(query, streams), events, block=block)) == whole
