@@ -44,12 +44,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line)
-        lines.append(line)
-
+    report = lossy_workload.Report("lossy_throughput", "Lossy CEP throughput (shoplifting, one core)")
+    say = report.say
     tags, visits, repeats = (1_000, 3_000, 1) if args.quick else (10_000, 70_000, 3)
     events = lossy_workload.shop(tags, visits)
     say(f"workload: {len(events):,} events, {tags:,} tags, W = {WINDOW}, blocks of {BLOCK:,}")
@@ -68,13 +64,11 @@ def main() -> None:
     say(f"{'':22s} {'tuples/s':>12s} {'us/tuple':>9s} {'x baseline':>10s} {'matches':>8s}")
     for name, seconds, matches in rows:
         say(f"{name:22s} {rate(events, seconds):12,.0f} {1e6 * seconds / len(events):9.2f} "
-              f"{seconds / baseline:10.1f} {'' if matches is None else f'{matches:8,d}'}")
+            f"{seconds / baseline:10.1f} {'' if matches is None else f'{matches:8,d}'}")
     say(f"{'operator eps=0.1, gc on':22s} {rate(events, unfrozen):12,.0f} "
-          f"{1e6 * unfrozen / len(events):9.2f} {unfrozen / baseline:10.1f}")
+        f"{1e6 * unfrozen / len(events):9.2f} {unfrozen / baseline:10.1f}")
     say(f"target {TARGET:,} tuples/s: eps=0.1 reaches {rate(events, rows[2][1]) / TARGET:.0%} of it")
 
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4))
     names = [name for name, _, _ in rows[1:]] + ["eps=0.1, gc on"]
     values = [rate(events, seconds) for _, seconds, _ in rows[1:]] + [rate(events, unfrozen)]
@@ -84,10 +78,7 @@ def main() -> None:
     axes.set_title(f"Shoplifting, {tags:,} tags, {len(events):,} events; baseline scan "
                    f"{rate(events, baseline):,.0f}/s", fontsize=9)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(out / "lossy_throughput.png", dpi=120)
-    (out / "lossy_throughput.md").write_text("# Lossy CEP throughput (shoplifting, one core)\n\n```\n" + "\n".join(lines) + "\n```\n\n![figure](lossy_throughput.png)\n")
-    print(f"wrote {out / 'lossy_throughput.png'}")
+    report.save(figure)
 
 
 if __name__ == "__main__":

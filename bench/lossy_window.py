@@ -62,12 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line)
-        lines.append(line)
-
+    report = lossy_workload.Report("lossy_window", "Lossy CEP per-tuple cost against the window")
+    say = report.say
     windows = [1_000, 10_000] if args.quick else [1_000, 3_000, 10_000, 30_000, 100_000]
     repeats = 1 if args.quick else 9
     visits = int(3 * max(windows) * RATE)
@@ -75,7 +71,7 @@ def main() -> None:
     gc.freeze()
     baseline = 1e6 * lossy_workload.scan(events, BLOCK) / len(events)
     say(f"workload: {len(events):,} events over {int(events[-1].ts.lo):,} time units "
-          f"({RATE} visits per unit), blocks of {BLOCK:,}; baseline scan {baseline:.2f} us/tuple")
+        f"({RATE} visits per unit), blocks of {BLOCK:,}; baseline scan {baseline:.2f} us/tuple")
     modes = {"gc on": True, "gc paused": False}
     runs = {(mode, window): [] for mode in modes for window in windows}
     matches: dict[int, int] = {}
@@ -87,18 +83,16 @@ def main() -> None:
     costs = {mode: [min(runs[mode, window]) for window in windows] for mode in modes}
     medians = {mode: [float(np.median(runs[mode, window])) for window in windows] for mode in modes}
     say(f"{'W':>8s} " + " ".join(f"{mode + ' us':>12s} {'x W=1000':>9s} {'median x':>9s}" for mode in modes)
-          + f" {'matches':>8s}   (best of {repeats})")
+        + f" {'matches':>8s}   (best of {repeats})")
     for n, window in enumerate(windows):
         say(f"{window:8,d} " + " ".join(f"{costs[mode][n]:12.2f} {costs[mode][n] / costs[mode][0]:9.2f} "
-                                         f"{medians[mode][n] / medians[mode][0]:9.2f}" for mode in modes)
-              + f" {matches[window]:8,d}")
+                                       f"{medians[mode][n] / medians[mode][0]:9.2f}" for mode in modes)
+            + f" {matches[window]:8,d}")
     for mode in modes:
         spread = max(abs(cost / costs[mode][0] - 1) for cost in costs[mode])
         say(f"{mode}: largest deviation from W = {windows[0]:,} is {spread:.0%} "
-              f"({'within' if spread <= TOLERANCE else 'beyond'} the {TOLERANCE:.0%} asked)")
+            f"({'within' if spread <= TOLERANCE else 'beyond'} the {TOLERANCE:.0%} asked)")
 
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
     figure, axes = plt.subplots(figsize=(7, 4))
     for mode, style in zip(modes, ("o-", "s--")):
         axes.plot(windows, costs[mode], style, label=f"lossy operator, eps = 0.1, {mode}")
@@ -112,10 +106,7 @@ def main() -> None:
     axes.set_ylabel("microseconds per tuple (CPU)")
     axes.set_title(f"Per-tuple cost vs window, {len(events):,} events at a fixed rate", fontsize=9)
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out / "lossy_window.png", dpi=120)
-    (out / "lossy_window.md").write_text("# Lossy CEP per-tuple cost against the window\n\n```\n" + "\n".join(lines) + "\n```\n\n![figure](lossy_window.png)\n")
-    print(f"wrote {out / 'lossy_window.png'}")
+    report.save(figure)
 
 
 if __name__ == "__main__":
