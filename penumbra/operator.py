@@ -4,7 +4,7 @@ Join, pattern and lossy-CEP operators all take a *block* of events (a micro-batc
 and return what that block made final: matches, late events, and observations for the
 dashboard. Spark, the CLI and the tests drive every operator the same way::
 
-    op = compile_query(text, streams).operator()
+    op = compile_query(text, streams)
     for block in blocks:
         out = op.feed(block)          # matches, late events, observations
     out = op.flush()                  # end of input: emit what was waiting
@@ -12,6 +12,14 @@ dashboard. Spark, the CLI and the tests drive every operator the same way::
 
 Time is driven by the data: each operator keeps a watermark (the largest max time
 seen, less the streams' max delay), so replaying a file gives the result a live run gives.
+
+On a cluster a query runs as several operators, one per key group
+(:mod:`penumbra.keygroups`), each seeing only the events of its keys. Time must still
+reach all of them: :meth:`Operator.clock_of` tells what a block says of time from its
+events alone, the clocks of every group's share merge by maximum
+(:func:`merge_clocks`), and :meth:`Operator.advance` moves a group to the merged time.
+:meth:`Operator.wake` says how far time may move before an idle group has anything to
+do, so a host can leave it unrestored until then (:func:`is_due`).
 """
 
 from __future__ import annotations
@@ -23,8 +31,12 @@ from typing import Any, Sequence
 
 from .errors import ValidationError
 from .events import Event
+from .keygroups import KeyGroup
 
-__all__ = ["BlockResult", "Late", "Match", "Operator", "check_threshold"]
+__all__ = ["BlockResult", "Clock", "Late", "Match", "Operator", "check_threshold", "is_due", "merge_clocks"]
+
+#: What a block of events says of time (named figures, each merged by maximum).
+Clock = dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -65,9 +77,29 @@ class BlockResult:
     late: list[Late] = field(default_factory=list)
     observations: dict[str, Any] = field(default_factory=dict)
 
+    def extend(self, later: BlockResult) -> BlockResult:
+        """This result followed by ``later``: matches and late events in order; the
+        observations of ``later`` describe the state after it, so they replace this
+        result's, except samples (lists), which accumulate, and per-block ``counters``, which add."""
+        self.matches = [*self.matches, *later.matches]
+        self.late = [*self.late, *later.late]
+        for name, value in later.observations.items():
+            mine = self.observations.get(name)
+            if isinstance(value, list) and isinstance(mine, list):
+                self.observations[name] = mine + value
+            elif name == "counters" and isinstance(mine, dict):
+                self.observations[name] = {k: mine.get(k, 0) + value.get(k, 0) for k in {*mine, *value}}
+            else:
+                self.observations[name] = value
+        return self
+
 
 class Operator(abc.ABC):
     """A stateful streaming operator for one registered query."""
+
+    #: The key group this operator hosts: it keeps the state of the keys the group owns
+    #: and ignores the rest. None: every key.
+    key_group: KeyGroup | None = None
 
     @abc.abstractmethod
     def feed(self, events: Sequence[Event]) -> BlockResult:
@@ -99,6 +131,27 @@ class Operator(abc.ABC):
     def counters(self) -> dict[str, int | float]:
         """Running totals for ``--stats`` and the dashboard (events, matches, late, ...)."""
 
+    @abc.abstractmethod
+    def partition_keys(self) -> dict[str, list[tuple[str, ...]]]:
+        """For every stream the query reads (case-folded), the attributes whose values
+        key the state in each role the stream plays; ``()`` for a role that is not keyed
+        (see :class:`~penumbra.keygroups.Routing`)."""
+
+    @abc.abstractmethod
+    def clock_of(self, events: Sequence[Event]) -> Clock:
+        """What ``events`` say of time, from the events alone (no state), so a host can
+        compute it for a whole micro-batch before splitting it into key groups."""
+
+    @abc.abstractmethod
+    def advance(self, clock: Clock) -> BlockResult:
+        """Move time to at least ``clock`` as if the events it came from had been fed
+        (to another key group): evict, and emit what that makes final."""
+
+    @abc.abstractmethod
+    def wake(self) -> Clock:
+        """How far time may move with nothing to do: :meth:`advance` to a clock that is not
+        :func:`due` evicts nothing and emits nothing (it may leave memory to a later call)."""
+
 
 def check_threshold(value: float, name: str = "threshold") -> float:
     """A probability threshold in (0, 1], or a clear error."""
@@ -107,3 +160,18 @@ def check_threshold(value: float, name: str = "threshold") -> float:
     if not 0 < value <= 1:
         raise ValidationError(name, f"must be in (0, 1], got {value!r}")
     return float(value)
+
+
+def merge_clocks(*clocks: Clock) -> Clock:
+    """The clocks of several blocks (or key groups' shares of one) as one."""
+    merged: Clock = {}
+    for clock in clocks:
+        for name, value in clock.items():
+            if name not in merged or value > merged[name]:
+                merged[name] = value
+    return merged
+
+
+def is_due(wake: Clock, clock: Clock) -> bool:
+    """Whether advancing an operator whose :meth:`~Operator.wake` was ``wake`` to ``clock`` may do anything."""
+    return any(clock.get(name, -math.inf) > value for name, value in wake.items())

@@ -51,7 +51,7 @@ NEAR_MISS_SAMPLES = 20
 PARTITION_SAMPLES = 8
 LOOKUP_CAPACITY = 1 << 20      # geometries remembered by lazy_lookup before it starts afresh
 MAX_SHAPES = 1 << 11           # distinct shapes per side that lazy_lookup tells apart
-_COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "ignored",
+_COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "other_group", "ignored",
              "pairs", "void", "certain", "decided_by_templates", "probed", "lookup_hits",
              "near_misses", "evicted")
 
@@ -211,11 +211,12 @@ class JoinOperator(Operator):
         return histogram, -1
 
     def _key(self, side: _Side, event: Event) -> tuple | None:
+        """The values of ``event``'s key attributes on ``side`` (``()`` for a join without
+        equalities), or None when one is missing."""
         values = tuple(event.attrs.get(name) for name in side.key)
         if any(v is None for v in values):
             return None
-        # 1 and 1.0 are the same key; True is not 1.
-        return tuple((type(v) is bool, v) for v in values)
+        return values
 
     # --- feeding -------------------------------------------------------------------------
 
@@ -249,10 +250,15 @@ class JoinOperator(Operator):
                 if not all(evaluate(f, bindings) is True for f in side.filters):
                     self.totals["filtered"] += 1
                     continue
-                key = self._key(side, event)
-                if key is None:
+                values = self._key(side, event)
+                if values is None:
                     self.totals["unkeyed"] += 1
                     continue
+                if self.key_group is not None and not self.key_group.owns(values):
+                    self.totals["other_group"] += 1
+                    continue
+                # 1 and 1.0 are the same key; True is not 1.
+                key = tuple((type(v) is bool, v) for v in values)
                 new_a, new_b, sequence = arrivals.setdefault(key, ([], [], []))
                 mine = new_a if k == 0 else new_b
                 sequence.append((k, len(mine)))
@@ -503,6 +509,49 @@ class JoinOperator(Operator):
         self.totals["evicted"] += evicted
         return evicted
 
+    # --- key groups ---------------------------------------------------------------------
+
+    def partition_keys(self) -> dict[str, list[tuple[str, ...]]]:
+        roles: dict[str, list[tuple[str, ...]]] = {}
+        for side in self.sides:
+            roles.setdefault(side.stream, []).append(side.key)
+        return roles
+
+    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+        """The largest max time of the events either side admits (late ones lie below
+        the watermark anyway, so the figure needs no state)."""
+        watermark = -math.inf
+        for event in events:
+            stream = event.stream.casefold()
+            for side in self.sides:
+                if side.stream == stream:
+                    admitted = self._admit(side, event)
+                    if not isinstance(admitted, str):
+                        watermark = max(watermark, admitted[0].hi)
+        return {"watermark": watermark} if watermark > -math.inf else {}
+
+    def advance(self, clock: dict[str, float]) -> BlockResult:
+        watermark = clock.get("watermark", -math.inf)
+        if not watermark > self.watermark:
+            return BlockResult()
+        evicted = self.evict(watermark)
+        return BlockResult(observations={
+            "counters": {"evicted": evicted}, "watermark": self.watermark, "buffers": self.buffer_lengths(),
+            "buffer_bounds": self.buffer_bounds()})
+
+    def wake(self) -> dict[str, float]:
+        """The watermark past which some buffered event falls behind its side's bound."""
+        wake = math.inf
+        bounds = self.buffer_bounds()
+        for k in (0, 1):
+            if bounds[k] == -math.inf:
+                continue
+            oldest = min((float(b[k].hi.min()) for b in self.buffers.values() if len(b[k])), default=math.inf)
+            # the bound moves with the watermark; a little early is harmless, late is not
+            reach = oldest - (bounds[k] - self.watermark)
+            wake = min(wake, reach - 1e-9 * max(1.0, abs(reach), abs(self.watermark)))
+        return {"watermark": wake} if wake < math.inf else {}
+
     def buffer_lengths(self) -> dict[str, int]:
         return {side.var: sum(len(b[k]) for b in self.buffers.values()) for k, side in enumerate(self.sides)}
 
@@ -564,7 +613,7 @@ class JoinOperator(Operator):
         state = {
             "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
             "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
-            "lookup": self.lookup, "shape_ids": self.shape_ids,
+            "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
             "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids) for r in rows]
                         for key, rows in self.buffers.items()},
         }
@@ -579,6 +628,7 @@ class JoinOperator(Operator):
         op.set_threshold(state["threshold"])
         op.watermark = state["watermark"]
         op.totals = state["totals"]
+        op.key_group = state["key_group"]
         op.lookup = state["lookup"]
         op.shape_ids = state["shape_ids"]
         op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids)

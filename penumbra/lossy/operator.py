@@ -84,7 +84,7 @@ LEARN_CHECK_EVERY = 8192
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
           "held_events", "held_streams", "anchors", "clock", "seen", "processed", "sequence", "totals", "key_codes",
-          "next_code", "live_codes")
+          "next_code", "live_codes", "key_group")
 
 
 class _StatePickler(pickle.Pickler):
@@ -425,6 +425,48 @@ class LossyOperator(Operator):
         self._forget_keys()
         return gone
 
+    def partition_keys(self) -> dict[str, list[tuple[str, ...]]]:
+        """The hash attribute of each component (a role not keyed for a negative not
+        tied to it); nothing keyed while densities are learned, since what is learned
+        comes from every key."""
+        roles: dict[str, list[tuple[str, ...]]] = {}
+        for component, name in zip(self.query.components, self.key_of):
+            role = (name,) if name is not None and not self.learned else ()
+            attrs = roles.setdefault(component.stream.casefold(), [])
+            if role not in attrs:
+                attrs.append(role)
+        return roles
+
+    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+        """The largest precise time on the grid among the events of the query's streams
+        (late ones lie behind the time already processed, so the figure needs no state)."""
+        times = [e.ts.lo for e in events if type(e.ts) is Interval and e.ts.lo == e.ts.hi and e.ts.lo % 1 == 0
+                 and self._stream(e.stream) >= 0]
+        return {"seen": float(max(times))} if times else {}
+
+    def advance(self, clock: dict[str, float]) -> BlockResult:
+        """Take the time other key groups have seen: release the held events it makes
+        safe, and the waiting matches whose window it closes. Times before the
+        released frontier are processed from here on, as after an event at the frontier."""
+        out = BlockResult()
+        if clock.get("seen", -math.inf) > self.seen:
+            self.seen = int(clock["seen"])
+        if self.seen == -math.inf:
+            return out
+        frontier = self.seen - self.max_delay
+        self._process(bisect_right(self.held_times, frontier), out)
+        if math.floor(frontier) > self.clock:
+            self.clock = math.floor(frontier)
+            self._release(self.clock, out)
+            self._compact()
+        self._finish_block(out)
+        return out
+
+    def wake(self) -> dict[str, float]:
+        """The time seen at which a held event is released, or a waiting match's window closes."""
+        due = min(self.held_times[:1] + [item[0] for item in self.pending[:1]], default=math.inf)
+        return {"seen": due + self.max_delay - 0.5} if due < math.inf else {}
+
     def snapshot(self) -> bytes:
         """Configuration and state (queues, waiting matches, learned densities) as bytes;
         the scoring tables are recomputed on restore."""
@@ -614,6 +656,10 @@ class LossyOperator(Operator):
         absent = self.key_codes.pop(None, None)
         if absent is not None:
             codes[codes == absent] = -1
+        if self.key_group is not None and self.key_group.count > 1:
+            # another group's keys: as if the attribute were absent
+            foreign = [n for n, value in enumerate(values) if value is not None and not self.key_group.owns((value,))]
+            codes[foreign] = -1
         return codes
 
     def _clause_mask(self, k: int, attrs) -> int:

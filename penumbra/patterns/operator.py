@@ -79,7 +79,7 @@ class PatternOperator(Operator):
         self.partitions: dict[Any, Partition] = {}
         self.queued: list[tuple[Match, dict]] = []
         self.counts = {"events": 0, "ignored": 0, "late": 0, "matches": 0,
-                       "below_threshold": 0, "pruned": 0, "evicted": 0}
+                       "below_threshold": 0, "pruned": 0, "evicted": 0, "other_group": 0}
 
     # --- the Operator interface ------------------------------------------------------
 
@@ -97,10 +97,9 @@ class PatternOperator(Operator):
                 result.late.append(Late(event, self._late_reason(event)))
             else:
                 accepted.append(event)
-        if accepted:
-            self.now_lower = max(self.now_lower, max(e.ts.lo for e in accepted) / self.unit)
-            if self.declared_span is None:
-                self.span = max([self.span] + [(e.ts.hi - e.ts.lo) / self.unit for e in accepted])
+        # time moves with every interval read, late ones too (what a block says of time
+        # must not depend on the state it meets: see Operator.clock_of)
+        self._move_time(self.clock_of(events))
         on_grid: dict[int, GridEvent] = {}
         items: list[tuple[GridEvent, int]] = []
         for i, j in self.pattern.items_of(accepted):
@@ -135,6 +134,49 @@ class PatternOperator(Operator):
         self.queued.extend(zip(result.matches, result.observations["matches"]))
         return self.counts["evicted"] - before
 
+    def partition_keys(self) -> dict[str, list[tuple[str, ...]]]:
+        partition = self.query.partition
+        roles: dict[str, list[tuple[str, ...]]] = {}
+        for j, component in enumerate(self.query.components):
+            role = (partition[j],) if partition is not None else ()
+            attrs = roles.setdefault(component.stream.casefold(), [])
+            if role not in attrs:
+                attrs.append(role)
+        return roles
+
+    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+        """``now.lower`` (the largest lower bound) and, unless the streams declare
+        ``pi``, ``U_max`` (the longest interval) over the intervals of the pattern's
+        streams, in grid steps."""
+        read = [e.ts for e in events if isinstance(e.ts, Interval) and e.stream.casefold() in self.streams]
+        if not read:
+            return {}
+        clock = {"lower": max(ts.lo for ts in read) / self.unit}
+        if self.declared_span is None:
+            clock["span"] = max(ts.hi - ts.lo for ts in read) / self.unit
+        return clock
+
+    def _move_time(self, clock: dict[str, float]) -> None:
+        self.now_lower = max(self.now_lower, clock.get("lower", -math.inf))
+        if self.declared_span is None:
+            self.span = max(self.span, clock.get("span", 0.0))
+
+    def advance(self, clock: dict[str, float]) -> BlockResult:
+        self._move_time(clock)
+        return self._advance(BlockResult())
+
+    def wake(self) -> dict[str, float]:
+        """The ``now.lower`` at which the safe time reaches the earliest event held or
+        the earliest end of a match awaiting finality: below it, no buffered event is
+        released, no run is evaluated and no match becomes final."""
+        earliest = math.inf
+        for partition in self.partitions.values():
+            earliest = min([earliest, partition.engine.earliest_held()] + [f.vub[-1] for f in partition.pending])
+        if earliest == math.inf:
+            return {}
+        reach = earliest + self.span + self.delay
+        return {"lower": reach - 1e-9 * max(1.0, abs(reach)) - 0.5}
+
     def snapshot(self) -> bytes:
         return zlib.compress(pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -162,6 +204,10 @@ class PatternOperator(Operator):
             key = self.pattern.partition_of(event, j)
             if key is not None:
                 by_partition.setdefault(key, []).append((event, j))
+        if self.key_group is not None:
+            owned = {key: items for key, items in by_partition.items() if self.key_group.owns((key,))}
+            self.counts["other_group"] += sum(map(len, by_partition.values())) - sum(map(len, owned.values()))
+            by_partition = owned
         method = ENGINES[self.query.method]
         for key, items in by_partition.items():
             if key not in self.partitions:

@@ -1,0 +1,100 @@
+"""Key groups: how one query's state spreads over a cluster.
+
+Every operator partitions its state by the query's equality key (a join's
+``A.region = B.region``, a pattern's ``a.nodeId = b.nodeId`` chain, a lossy query's
+hashed queues). A cluster hosts a query as ``count`` *key groups*: the group of a key
+is a stable hash of its values modulo ``count``, so the number of operator snapshots
+restored per micro-batch is bounded by the groups, not by the distinct keys.
+
+An operator built for a group (``key_group=KeyGroup(index, count)``) keeps the state of
+the keys its group owns and nothing else; an event reaches every group that owns one
+of its keys (an event can play several roles, e.g. both sides of a self-join keyed on
+different attributes), and every group when it plays a role that is not keyed (a
+negative component not tied to the key). So the union of the groups' matches is the
+one operator's, each match found exactly once.
+
+>>> g = KeyGroup(0, 4)
+>>> key_hash(("north",)) == key_hash(("north",)), key_hash((1,)) == key_hash((1.0,)) == key_hash((True,))
+(True, True)
+>>> g.owns(("north",)) == (key_hash(("north",)) % 4 == 0)
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["KeyGroup", "Routing", "key_hash"]
+
+#: Roles of each stream a query reads (case-folded stream name -> attribute tuples):
+#: an event of the stream is keyed, in each role, by the values of those attributes;
+#: an empty tuple is a role that is not keyed (its events concern every key).
+Roles = Mapping[str, Sequence[tuple[str, ...]]]
+
+
+def _canonical(value: Any) -> str:
+    """One spelling per key the operators tell apart or not: the operators key dicts
+    by value, where ``1 == 1.0 == True``, so those spell alike (a join that separates
+    ``True`` from ``1`` still finds both in the same group)."""
+    if value is None:
+        return "z"
+    if isinstance(value, str):
+        return "s" + value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool):
+        value = int(value)
+    return "n" + (str(value) if isinstance(value, int) else repr(float(value)))
+
+
+def key_hash(values: Iterable[Any]) -> int:
+    """A 64-bit hash of a key's values, the same in every process and on every machine
+    (Python's own ``hash`` of a string changes from process to process)."""
+    text = "\x1f".join(map(_canonical, values))
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True)
+class KeyGroup:
+    """Group ``index`` of ``count``: the keys whose hash is ``index`` modulo ``count``."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        if not (isinstance(self.count, int) and self.count >= 1 and 0 <= self.index < self.count):
+            raise ValueError(f"key group {self.index} of {self.count}: need 0 <= index < count")
+
+    def owns(self, values: Iterable[Any]) -> bool:
+        return self.count == 1 or key_hash(values) % self.count == self.index
+
+
+class Routing:
+    """Which key groups each event of a query must reach.
+
+    ``roles`` comes from the operator (:meth:`~penumbra.operator.Operator.partition_keys`)
+    and names every stream the query reads. When no role is keyed, the state cannot be
+    split and the query has one group.
+    """
+
+    def __init__(self, roles: Roles, count: int):
+        self.roles = {stream.casefold(): tuple(attrs) for stream, attrs in roles.items()}
+        keyed = any(attributes for attrs in self.roles.values() for attributes in attrs)
+        self.count = count if keyed else 1
+
+    def groups(self, stream: str, attrs: Mapping[str, Any]) -> list[int]:
+        """The groups an event of ``stream`` with these attributes must reach (none when
+        the query does not read the stream)."""
+        roles = self.roles.get(stream.casefold())
+        if roles is None:
+            return []
+        if self.count == 1:
+            return [0]
+        groups = set()
+        for attributes in roles:
+            if not attributes:
+                return list(range(self.count))
+            groups.add(key_hash(attrs.get(name) for name in attributes) % self.count)
+        return sorted(groups)

@@ -1,0 +1,263 @@
+"""A query hosted as key groups equals one operator fed every event.
+
+A plain simulation of what the Spark job does (tests/integration runs the real one):
+each micro-batch is cut into source partitions whose clocks merge, split by key group
+with Routing, and every group runs keyed.step on its share, idle groups left asleep
+until due. For input whose disorder stays within the streams' max delay, the union of
+the groups' matches must be the single operator's, with the same probabilities, each
+exactly once; for the join also the brute-force all-pairs join of tests/unit/joins.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from penumbra.engine import build_operator
+from penumbra.events import Event, parse_event, parse_streams
+from penumbra.keyed import step
+from penumbra.keygroups import KeyGroup, Routing, key_hash
+from penumbra.operator import BlockResult, is_due, merge_clocks
+from penumbra.query import parse
+from penumbra.timestamps import Interval
+from tests.unit.joins.test_join_operator import brute_force, workload
+
+
+def batches_of(events, rng):
+    """Random micro-batches, then an empty one that ends the input."""
+    cuts = np.cumsum(rng.integers(1, 60, len(events)))
+    cuts = cuts[cuts < len(events)].tolist()
+    return [events[a:b] for a, b in zip([0] + cuts, cuts + [len(events)])] + [[]]
+
+
+def cluster(text, streams, batches, groups, rng, partitions=3):
+    """What each batch emits when ``text`` runs as ``groups`` key groups, and how many
+    group steps slept."""
+    query = parse(text)
+    routing = Routing(build_operator(query, streams).partition_keys(), groups)
+    clocker = build_operator(query, streams)
+    states, emitted, slept = {}, [], 0
+    for number, batch in enumerate(batches):
+        cuts = np.sort(rng.integers(0, len(batch) + 1, partitions - 1)).tolist()
+        pieces = [batch[a:b] for a, b in zip([0] + cuts, cuts + [len(batch)])]
+        clock = merge_clocks(*(clocker.clock_of(piece) for piece in pieces))
+        shares = {g: [] for g in range(routing.count)}
+        for event in batch:
+            for g in routing.groups(event.stream, event.attrs):
+                shares[g].append(event)
+        out = BlockResult()
+        for g in range(routing.count):
+            result, states[g] = step(query, streams, KeyGroup(g, routing.count), states.get(g), shares[g],
+                                     clock, end=number == len(batches) - 1)
+            if result is None:
+                slept += 1
+            else:
+                out.extend(result)
+        emitted.append(out)
+    return emitted, slept
+
+
+def local(text, streams, batches):
+    """What each batch emits from one operator fed every event."""
+    operator = build_operator(parse(text), streams)
+    emitted = [operator.feed(batch) for batch in batches]
+    emitted[-1].extend(operator.flush())
+    return emitted
+
+
+def by_match(emitted):
+    """Each match (events, probability, range) with the batch that emitted it."""
+    found = Counter()
+    when = {}
+    for number, result in enumerate(emitted):
+        for m in result.matches:
+            key = (tuple(sorted(m.events.items())), round(m.prob, 12), m.range)
+            found[key] += 1
+            when.setdefault(key, number)
+    return found, when
+
+
+def quieten(events, name, values):
+    """The events, but those of the keys ``values`` of attribute ``name`` stop half-way."""
+    return [e for n, e in enumerate(events) if n < len(events) // 2 or e.attrs.get(name) not in values]
+
+
+def assert_same(text, streams, events, groups, seed, quiet=None):
+    """Same matches, each once, none later than one operator emits it. ``quiet``: the
+    attribute and values of keys that went quiet (:func:`quieten`): their group must
+    sleep through later batches, and wake to emit what time alone makes final (some of
+    its matches come out after its last event's batch and before the end of input)."""
+    rng = np.random.default_rng(seed)
+    batches = batches_of(events, rng)
+    hosted, slept = cluster(text, streams, batches, groups, rng)
+    alone = local(text, streams, batches)
+    assert not any(r.late for r in hosted) and not any(r.late for r in alone)
+    found, when = by_match(hosted)
+    expected, expected_when = by_match(alone)
+    assert expected, "the workload should produce matches"
+    assert found == expected
+    assert max(found.values()) == 1
+    late = {key: (when[key], expected_when[key]) for key in found if when[key] > expected_when[key]}
+    assert not late, f"emitted later than by one operator (batch, batch): {late}"
+    if quiet is not None:
+        assert slept > 0, "the quiet keys' group should have slept through a batch"
+        name, values = quiet
+        quiet_ids = {e.id for e in events if e.attrs.get(name) in values}
+        went_quiet = max(n for n, batch in enumerate(batches) if any(e.id in quiet_ids for e in batch))
+        woken = [key for key, number in when.items()
+                 if went_quiet < number < len(batches) - 1 and any(i in quiet_ids for _, i in key[0])]
+        assert woken, "no match of the quiet keys needed a wake-up: the workload does not test it"
+    return [m for result in hosted for m in result.matches]
+
+
+# --- joins ---------------------------------------------------------------------------------
+
+JOIN = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} AND A.region = B.region WITH THRESHOLD {p}"
+
+
+@pytest.mark.parametrize("kind", ["intervals", "templates", "mixed"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_keyed_join_equals_one_operator_and_brute_force(kind, seed):
+    streams, events = workload(seed, kind, n=400, late_share=0.0)
+    events = quieten(events, "region", {"s"})
+    for d, p in ((10.0, 0.3), (25.0, 0.7)):
+        text = JOIN.format(d=d, p=p)
+        hosted = assert_same(text, streams, events, groups=2, seed=seed)
+        expected, ambiguous, late = brute_force(streams, events, d, lambda position: p, keyed=True)
+        assert not late
+        assert {(m.events["A"], m.events["B"]) for m in hosted} - ambiguous == set(expected) - ambiguous
+        for m in hosted:
+            pair = (m.events["A"], m.events["B"])
+            if pair in expected:
+                assert m.prob == pytest.approx(expected[pair], abs=1e-9)
+
+
+def test_self_join_keyed_on_different_attributes_finds_each_pair_once():
+    """An event plays side A keyed by x and side B keyed by y: it reaches two groups,
+    and each pair is still found once."""
+    rng = np.random.default_rng(5)
+    streams = parse_streams({"S": {"pi": 6.0, "max_delay": 10.0}})
+    raw = []
+    for i in range(300):
+        t = i * 1.5 + rng.uniform(-1, 1)
+        raw.append((t + rng.uniform(0, 10), {"stream": "S", "id": f"s{i}", "ts": {"lo": round(t - 4, 2), "hi": round(t, 2)},
+                                             "attrs": {"x": int(rng.integers(0, 5)), "y": int(rng.integers(0, 5))}}))
+    events = [parse_event(obj, streams) for _, obj in sorted(raw, key=lambda item: item[0])]
+    text = "SELECT * FROM S A, S B WHERE WINDOW(A, B) = 6 AND A.x = B.y WITH THRESHOLD 0.2"
+    assert_same(text, streams, events, groups=3, seed=5)
+
+
+# --- patterns --------------------------------------------------------------------------------
+
+def pattern_events(seed, n=500, widths=(1, 8), delay=60, keys=2, declared=False):
+    """Streams A, B, C in turn with integer intervals of random widths, arriving within
+    ``delay`` of their lower bound; a ``node`` key."""
+    rng = np.random.default_rng(seed)
+    raw = []
+    for i in range(n):
+        lo = int(i * 2 + rng.integers(0, 3))
+        width = int(rng.integers(*widths))
+        stream = "ABC"[int(rng.integers(0, 3))]
+        raw.append((lo + rng.uniform(0, delay), Event(stream, f"{stream}{i}", Interval(lo, lo + width),
+                                                      {"node": int(rng.integers(0, keys)), "v": int(rng.integers(0, 10))})))
+    params = {s: {"max_delay": delay, **({"pi": widths[1]} if declared else {})} for s in "ABC"}
+    return parse_streams(params), [e for _, e in sorted(raw, key=lambda item: item[0])]
+
+
+PATTERN = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node AND b.v > 2 "
+           "AND {strategy}(a, b, c) WITHIN 30 USING {method}")
+
+
+@pytest.mark.parametrize("method", ["sorted", "any_state", "selectivity", "point"])
+@pytest.mark.parametrize("strategy", ["skip_till_any_match", "skip_till_next_match"])
+def test_keyed_pattern_equals_one_operator(method, strategy):
+    streams, events = pattern_events(19, n=300 if method == "point" else 500)
+    events = quieten(events, "node", {1})
+    # any_state and selectivity emit skip-till-any matches as they find them: nothing waits for time
+    waits = strategy == "skip_till_next_match" or method in ("sorted", "point")
+    assert_same(PATTERN.format(strategy=strategy, method=method), streams, events, groups=3, seed=19,
+                quiet=("node", {1}) if waits else None)
+
+
+def test_keyed_pattern_with_declared_lengths():
+    streams, events = pattern_events(12, declared=True)
+    assert_same(PATTERN.format(strategy="skip_till_next_match", method="sorted"), streams, events, groups=4, seed=12)
+
+
+# --- lossy CEP -------------------------------------------------------------------------------
+
+def store_events(seed, visits=400, tags=30, delay=6, sweeps=True):
+    rng = np.random.default_rng(seed)
+    raw = []
+    for n in range(visits):
+        tag = int(rng.integers(tags))
+        t = int(rng.integers(0, 4000))
+        route = ["shelf"] + (["counter"] if rng.random() < 0.6 else []) + ["exit"]
+        for reader in route:
+            if rng.random() > 0.1:
+                raw.append((t + rng.uniform(0, delay), Event(reader, f"{reader}-{n}", Interval(t, t), {"tag": tag})))
+            t += int(rng.integers(1, 30))
+        if sweeps and rng.random() < 0.3:      # a guard's sweep: a counter read of no tag
+            raw.append((t + rng.uniform(0, delay), Event("sweep", f"sweep-{n}", Interval(t, t), {})))
+    params = {"shelf": {"max_delay": delay}, "counter": {"miss_prob": 0.2, "max_delay": delay},
+              "exit": {"miss_prob": 0.1, "max_delay": delay}, "sweep": {"max_delay": delay}}
+    return parse_streams(params), [e for _, e in sorted(raw, key=lambda item: item[0])]
+
+
+def test_keyed_lossy_with_fixed_densities_and_an_untied_negative():
+    """Hashed on the tag; the sweep is a negative tied to no tag, so its events reach every group."""
+    streams, events = store_events(21)
+    text = ("SEQUENCE(Shelf x, !Counter y, !Sweep w, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+            "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
+    assert Routing(build_operator(parse(text), streams).partition_keys(), 4).count == 4
+    assert_same(text, streams, events, groups=4, seed=21)
+
+
+def test_keyed_lossy_group_sleeps_and_wakes_to_release_waiting_matches():
+    """Tags 10, 13, 28 and 29 (group 3 of 4) go quiet half-way: their matches waiting for the
+    trailing negative's window are released when other tags' time passes."""
+    streams, events = store_events(23, sweeps=False)
+    text = ("SEQUENCE(Shelf x, Exit z, !Counter y) WHERE x.tag = z.tag AND y.tag = x.tag "
+            "GAP z = uniform(1, 30), y = uniform(1, 40) WITHIN 300 THRESHOLD 0.3")
+    assert {key_hash((tag,)) % 4 for tag in (10, 13, 28, 29)} == {3}
+    events = quieten(events, "tag", {10, 13, 28, 29})
+    assert_same(text, streams, events, groups=4, seed=23, quiet=("tag", {10, 13, 28, 29}))
+
+
+def test_lossy_learning_densities_is_one_group():
+    """What is learned comes from every key, so the query is not split."""
+    streams, events = store_events(22)
+    text = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag WITHIN 90 THRESHOLD 0.3"
+    assert Routing(build_operator(parse(text), streams).partition_keys(), 4).count == 1
+    assert_same(text, streams, events, groups=4, seed=22)
+
+
+# --- the pieces ------------------------------------------------------------------------------
+
+def test_key_hash_is_pinned_and_follows_the_operators_equality():
+    # a checkpoint's key groups depend on it: it must not change between releases
+    assert key_hash(("north",)) == 0x4E6F8674E3FF7569
+    assert key_hash((1, "a")) == 0xA78009375E98AE62
+    assert key_hash((1,)) == key_hash((1.0,)) == key_hash((True,))
+    assert key_hash((0,)) == key_hash((-0.0,)) == key_hash((False,))
+    assert key_hash(("1",)) != key_hash((1,))
+    assert key_hash((1.5,)) != key_hash((1,))
+    assert key_hash(("a", "b")) != key_hash(("ab",))
+    assert key_hash((None,)) != key_hash(("",))
+
+
+def test_routing_sends_unkeyed_roles_everywhere_and_unread_streams_nowhere():
+    routing = Routing({"s": [("x",), ("y",)], "t": [()]}, 5)
+    assert routing.groups("S", {"x": 1, "y": 1}) == [key_hash((1,)) % 5]
+    assert sorted(routing.groups("s", {"x": 1, "y": 2})) == sorted({key_hash((1,)) % 5, key_hash((2,)) % 5})
+    assert routing.groups("t", {}) == [0, 1, 2, 3, 4]
+    assert routing.groups("u", {"x": 1}) == []
+    assert Routing({"s": [()]}, 5).count == 1
+
+
+def test_merge_and_due():
+    assert merge_clocks({"a": 1.0}, {"a": 3.0, "b": -2.0}, {}) == {"a": 3.0, "b": -2.0}
+    assert is_due({"a": 2.0}, {"a": 2.5}) and not is_due({"a": 2.0}, {"a": 2.0})
+    assert not is_due({}, {"a": 1e9}) and not is_due({"a": 2.0}, {"b": 5.0})
