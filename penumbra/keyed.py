@@ -31,7 +31,14 @@ from .events import Event, Streams
 from .keygroups import KeyGroup
 from .operator import BlockResult, Clock, is_due, merge_clocks
 
-__all__ = ["GroupState", "step"]
+__all__ = ["PER_BLOCK", "SHARED", "GroupState", "combine", "state_part", "step"]
+
+#: Observations about one block (samples and per-block counts); the others describe an
+#: operator's state after it.
+PER_BLOCK = frozenset({"counters", "evicted", "near_misses", "partitions", "matches"})
+#: Figures every key group of a query shares (time and settings): the query's is the largest.
+SHARED = frozenset({"watermark", "buffer_bounds", "safe_time", "clock", "threshold", "floor", "method",
+                    "threshold_refused"})
 
 
 @dataclass
@@ -79,3 +86,60 @@ def step(query, streams: Streams, key_group: KeyGroup, state: GroupState | None,
     if refused is not None:
         result.observations["threshold_refused"] = refused
     return result, GroupState(query.kind, operator.snapshot(), {}, operator.wake())
+
+
+def state_part(observations: dict) -> dict:
+    """The observations that describe the state (what a host keeps per group to total
+    the groups that slept through a batch)."""
+    return {name: value for name, value in observations.items() if name not in PER_BLOCK}
+
+
+def combine(observations: Sequence[dict], samples: int = 50) -> dict:
+    """The observations of a query's key groups as the query's: counts add (numbers, and
+    dicts of them), samples (lists) concatenate up to ``samples``, shared figures take
+    the largest (element by element for lists; None, an infinite time, counts as none).
+
+    >>> combine([{"buffers": {"A": 2}, "watermark": 5.0, "near_misses": [1]},
+    ...          {"buffers": {"A": 1, "B": 4}, "watermark": 7.0, "near_misses": [2, 3]}])
+    {'buffers': {'A': 3, 'B': 4}, 'watermark': 7.0, 'near_misses': [1, 2, 3]}
+    """
+    out: dict = {}
+    for observation in observations:
+        for name, value in observation.items():
+            if name not in out:
+                out[name] = _copy(value, samples)
+            elif name in SHARED:
+                out[name] = _largest(out[name], value)
+            else:
+                out[name] = _add(out[name], value, samples)
+    return out
+
+
+def _copy(value, samples: int):
+    if isinstance(value, list):
+        return value[:samples]
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _largest(mine, theirs):
+    if isinstance(mine, list) and isinstance(theirs, list):
+        return [_largest(a, b) for a, b in zip(mine, theirs)]
+    if mine is None or not isinstance(theirs, (int, float)) or isinstance(theirs, bool):
+        return theirs if mine is None else mine
+    if not isinstance(mine, (int, float)):
+        return mine
+    return max(mine, theirs)
+
+
+def _add(mine, theirs, samples: int):
+    if isinstance(mine, list) and isinstance(theirs, list):
+        return (mine + theirs)[:samples]
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        return {k: _add(mine[k], theirs[k], samples) if k in mine and k in theirs else mine.get(k, theirs.get(k))
+                for k in {**mine, **theirs}}
+    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) \
+            and not isinstance(mine, bool) and not isinstance(theirs, bool):
+        return mine + theirs
+    return theirs if mine is None else mine

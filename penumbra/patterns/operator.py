@@ -188,7 +188,7 @@ class PatternOperator(Operator):
 
     @property
     def counters(self) -> dict[str, int | float]:
-        return dict(self.counts, partitions=len(self.partitions),
+        return dict(self.counts, keys=len(self.partitions),
                     open_runs=sum(p.engine.open_runs() for p in self.partitions.values()))
 
     # --- evaluation ------------------------------------------------------------------
@@ -288,7 +288,7 @@ class PatternOperator(Operator):
             "open_runs": sum(p.engine.open_runs() for p in self.partitions.values()),
             "buffered": dict(zip(self.pattern.variables, buffered)),
             "awaiting_final": sum(len(p.pending) for p in self.partitions.values()),
-            "partitions": len(self.partitions),
+            "keys": len(self.partitions),
             "safe_time": self.horizon * self.unit,
             "emitted": self.counts["matches"],
             "pruned": self.counts["pruned"],

@@ -112,7 +112,7 @@ def test_partitions_by_the_shared_equality(method):
     assert query.partition == ("node", "node")
     operator = build_operator(query, Streams([StreamParams(s, pi=2) for s in "AB"]))
     first = operator.feed(events[:5])
-    assert first.observations["partitions"] == 2
+    assert first.observations["keys"] == 2
     rest = operator.feed(events[5:])
     matches = first.matches + rest.matches + operator.flush().matches
     assert_tables_equal(as_table(matches), expected_table(text, events))

@@ -1,0 +1,214 @@
+"""The Spark Structured Streaming job: Redis in, every registered query as keyed state, Redis out.
+
+::
+
+    Redis pn:in --(IngestSource, read on executors)--> entries
+        --(mapInPandas: route)--> rows keyed by (query, key group), ticks
+        --(groupBy + transformWithStateInPandas: GroupProcessor, RocksDB)--> matches, observations
+        --(foreachBatch: Sink, one MULTI/EXEC per batch)--> Redis pn:out:*, pn:dead, pn:live
+
+Run it with ``python -m spark_jobs`` (or the same module under ``spark-submit``); the
+settings come from ``PENUMBRA_*`` environment variables (:class:`JobSettings`).
+SIGTERM or Ctrl-C stops it between micro-batches and keeps the checkpoint, so the next
+start resumes exactly where this one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from .processor import OUTPUT, GroupProcessor
+from .routing import ROUTED, route
+from .settings import JobSettings
+from .sink import Sink
+from .source import IngestSource
+from .store import Keys
+
+__all__ = ["Job", "build_session", "main"]
+
+log = logging.getLogger("penumbra.job")
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HEARTBEAT_SECONDS = 1.0
+
+
+def build_session(settings: JobSettings) -> SparkSession:
+    """A SparkSession bound to loopback, with RocksDB state and few shuffle partitions."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    builder = (SparkSession.builder.master(settings.spark_master).appName("penumbra")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.executorEnv.PYTHONPATH", package_root)
+               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(IngestSource)
+    return spark
+
+
+class Job:
+    """One running job: its streaming query, its metrics listener and its heartbeat."""
+
+    def __init__(self, spark: SparkSession, settings: JobSettings):
+        self.spark = spark
+        self.settings = settings
+        self.keys = Keys()
+        self.client = redis.Redis.from_url(settings.redis_url)
+        self.identity = self._identity()
+        self.query: StreamingQuery | None = None
+        self.listener: _Metrics | None = None
+        self._stopped = threading.Event()
+
+    def _identity(self) -> dict:
+        """The checkpoint's job id and key-group count, kept beside Spark's checkpoint so
+        a restart keeps both (the groups of existing state must not change)."""
+        folder = self.settings.checkpoint_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "penumbra.json"
+        if path.exists():
+            identity = json.loads(path.read_text())
+            if identity["key_groups"] != self.settings.groups:
+                log.warning("checkpoint %s has %d key groups; keeping them (setting asks for %d)",
+                            folder, identity["key_groups"], self.settings.groups)
+            return identity
+        identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups}
+        path.write_text(json.dumps(identity))
+        return identity
+
+    def start(self) -> StreamingQuery:
+        settings, keys = self.settings, self.keys
+        groups = self.identity["key_groups"]
+        url = settings.redis_url
+        entries = (self.spark.readStream.format("penumbra_ingest")
+                   .option("url", url).option("prefix", keys.prefix)
+                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.readers).load())
+        routed = entries.mapInPandas(route(url, keys.prefix, groups), ROUTED)
+        results = routed.groupBy("qid", "grp").transformWithStateInPandas(
+            GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
+        sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen)
+        self.listener = _Metrics(url, keys)
+        self.spark.streams.addListener(self.listener)
+        writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
+                  .option("checkpointLocation", str(settings.checkpoint_dir / "spark")))
+        if settings.trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
+        self.query = writer.start()
+        threading.Thread(target=self._heartbeat, name="penumbra-heartbeat", daemon=True).start()
+        log.info("job %s started: redis %s, master %s, %d key groups, checkpoint %s", self.identity["job"],
+                 url, settings.spark_master, groups, settings.checkpoint_dir)
+        return self.query
+
+    def _heartbeat(self) -> None:
+        started = time.time()
+        while not self._stopped.is_set():
+            try:
+                progress = self.listener.last if self.listener else {}
+                self.client.hset(self.keys.heartbeat, mapping={
+                    "job": self.identity["job"], "pid": os.getpid(), "started": started, "at": time.time(),
+                    "master": self.settings.spark_master, "active": int(bool(self.query and self.query.isActive)),
+                    "last_batch": progress.get("batch", -1), "last_batch_at": progress.get("at", 0)})
+                self.client.expire(self.keys.heartbeat, int(10 * HEARTBEAT_SECONDS))
+            except redis.RedisError as error:
+                log.warning("heartbeat: %s", error)
+            self._stopped.wait(HEARTBEAT_SECONDS)
+
+    def stop(self) -> None:
+        """Stop between micro-batches; the checkpoint stays for the next start."""
+        self._stopped.set()
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        if self.listener is not None:
+            self.spark.streams.removeListener(self.listener)
+        try:
+            self.client.hset(self.keys.heartbeat, "active", 0)
+        except redis.RedisError:
+            pass
+
+
+class _Metrics(StreamingQueryListener):
+    """Each micro-batch's progress into ``pn:metrics`` and the log: rows, duration,
+    rates, lag behind the ingest stream (entries and seconds), state size."""
+
+    def __init__(self, url: str, keys: Keys):
+        self.client = redis.Redis.from_url(url)
+        self.keys = keys
+        self.last: dict = {}
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = event.progress
+        try:
+            end = json.loads(progress.sources[0].endOffset) if progress.sources else {}
+            info = self.client.xinfo_stream(self.keys.ingest) if self.client.exists(self.keys.ingest) else {}
+            behind = max(0, int(info.get("entries-added", 0)) - int(end.get("n", 0))) if info else 0
+            oldest = self.client.xrange(self.keys.ingest, f"({end['id']}", "+", count=1) if end and behind else []
+            lag_seconds = max(0.0, time.time() - int(oldest[0][0].split(b"-")[0]) / 1000) if oldest else 0.0
+            state = progress.stateOperators[0] if progress.stateOperators else None
+            metrics = {
+                "batch": progress.batchId, "at": time.time(), "rows": progress.numInputRows,
+                "duration_ms": progress.durationMs.get("triggerExecution", 0),
+                "input_rate": progress.inputRowsPerSecond, "processed_rate": progress.processedRowsPerSecond,
+                "lag_entries": behind, "lag_seconds": round(lag_seconds, 3),
+                "state_rows": state.numRowsTotal if state else 0, "state_bytes": state.memoryUsedBytes if state else 0,
+                "durations": dict(progress.durationMs)}
+            self.last = metrics
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=100_000, approximate=True)
+            pipe.publish(self.keys.live, json.dumps({"metrics": metrics}))
+            pipe.execute()
+            log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,
+                     progress.numInputRows, metrics["duration_ms"] / 1000, metrics["processed_rate"] or 0.0,
+                     behind, lag_seconds)
+        except (redis.RedisError, ValueError, KeyError, IndexError) as error:
+            log.warning("metrics of batch %d: %s", progress.batchId, error)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = JobSettings()
+    spark = build_session(settings)
+    job = Job(spark, settings)
+    query = job.start()
+    stopping = threading.Event()
+
+    def stop(signum, frame):
+        log.info("signal %d: stopping after the current micro-batch", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping.is_set() and query.isActive:
+        stopping.wait(0.5)
+    failure = query.exception() if not query.isActive else None
+    job.stop()
+    spark.stop()
+    if failure is not None:
+        log.error("the streaming query failed: %s", failure)
+        return 1
+    return 0

@@ -1,0 +1,141 @@
+"""One query over one file, through the whole pipeline: what ``penumbra eval --engine spark`` runs.
+
+A private redis-server and a private job (``python -m spark_jobs`` in local mode, its
+output in a log file) are started; the streams and the query are registered, the
+events appended to the ingest stream followed by an end-of-input mark; once the job
+has written the batch holding the mark, the matches are read back and both processes
+are stopped by their process ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import redis
+
+from .redis_server import RedisServer
+from .store import Keys, Registry, append_events, end_of_input
+
+__all__ = ["JobProcess", "PipelineError", "evaluate"]
+
+QUERY_ID = "eval"
+
+
+class PipelineError(RuntimeError):
+    """The job stopped or did not finish in time."""
+
+
+class JobProcess:
+    """``python -m spark_jobs`` as a child process with the given settings (``PENUMBRA_*``
+    names without the prefix); its output goes to ``log``."""
+
+    def __init__(self, home: Path, redis_url: str, **settings: Any):
+        self.home = Path(home)
+        self.log = self.home / "job.log"
+        self.env = {**os.environ, "PENUMBRA_HOME": str(self.home), "PENUMBRA_REDIS_URL": redis_url,
+                    **{f"PENUMBRA_{name.upper()}": str(value) for name, value in settings.items()}}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> JobProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "spark_jobs"], env=self.env, stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=str(self.home), start_new_session=True)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM (the job stops between batches and keeps its checkpoint); SIGKILL if it hangs."""
+        if self.alive:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reap()
+
+    def kill(self) -> None:
+        """kill -9 of the job and of everything it started (its JVM)."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        self._reap()
+
+    def _reap(self) -> None:
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.process = None
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def wait_for_mark(client: redis.Redis, mark: bytes, job: JobProcess, timeout: float, keys: Keys = Keys()) -> None:
+    """Until the job has written the batch holding the end-of-input ``mark``."""
+    deadline = time.monotonic() + timeout
+    while client.hget(keys.ended, mark) is None:
+        if not job.alive:
+            raise PipelineError(f"the Spark job stopped: {job.tail()}")
+        if time.monotonic() > deadline:
+            raise PipelineError(f"the Spark job did not finish within {timeout:g} s: {job.tail()}")
+        time.sleep(0.1)
+
+
+def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int | None = None,
+             timeout: float = 1800.0) -> tuple[list[dict], dict]:
+    """The matches of ``text`` over the event ``lines`` from the Spark job, and figures
+    (events, matches, seconds of micro-batch processing, wall seconds with the job's
+    start, not processed, the operators' counters summed)."""
+    keys = Keys()
+    with tempfile.TemporaryDirectory(prefix="penumbra-eval-") as home, RedisServer(Path(home) / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        registry = Registry(client, keys)
+        if streams:
+            registry.put_streams(streams)
+        registry.register(text, query_id=QUERY_ID)
+        append_events(client, lines, keys)
+        mark = end_of_input(client, [QUERY_ID], keys)
+        settings = {"trigger_seconds": 0, "result_maxlen": max(1_000_000, 10 * len(lines)),
+                    "dead_maxlen": max(100_000, len(lines))}
+        if batch_rows:
+            settings["max_rows_per_batch"] = batch_rows
+        job = JobProcess(Path(home) / "job", server.url, **settings).start()
+        started = time.monotonic()
+        try:
+            wait_for_mark(client, mark, job, timeout, keys)
+            seconds = time.monotonic() - started
+        finally:
+            job.stop()
+        matches = [json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID))]
+        processing = sum(json.loads(fields[b"metrics"])["duration_ms"] for _, fields in client.xrange(keys.metrics))
+        counters: dict[str, float] = {}
+        for _, fields in client.xrange(keys.observations(QUERY_ID)):
+            for name, value in json.loads(fields[b"o"]).get("counters", {}).items():
+                if isinstance(value, (int, float)):
+                    counters[name] = counters.get(name, 0) + value
+        late = sum(1 for _, fields in client.xrange(keys.dead) if fields.get(b"query") == QUERY_ID.encode())
+        client.close()
+    stats = {"events": len(lines), "matches": len(matches), "seconds": processing / 1000, "wall_seconds": seconds,
+             "not_processed": late,
+             "engine": "spark", **{k: v for k, v in counters.items() if k not in ("events", "matches")}}
+    return matches, stats

@@ -1,0 +1,112 @@
+"""The stateful step: every (query, key group) of every query in one transformWithStateInPandas.
+
+For each key with rows in a micro-batch, Spark calls :meth:`GroupProcessor.handleInputRows`
+with the group's events and ticks. The work itself is the core's
+:func:`penumbra.keyed.step`; this module only moves its state in and out of Spark's
+state store (RocksDB) and turns its results into rows for the sink.
+
+Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON),
+``l`` (an event the operator did not process, with the reason), ``o`` (the group's
+observations), ``g`` (the group's state: snapshot size, or dropped), and the control
+key's ``r`` (rejected entries) and ``x`` (end marks) passed through.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from penumbra.events import parse_event_line
+from penumbra.keyed import GroupState, step
+from penumbra.keygroups import KeyGroup
+from penumbra.operator import merge_clocks
+
+from .routing import CONTROL, compiled
+
+__all__ = ["GroupProcessor", "OUTPUT", "encode"]
+
+OUTPUT = "qid string, grp int, kind string, seq long, data binary, raw binary"
+_STATE = StructType([StructField("kind", StringType()), StructField("snapshot", BinaryType()),
+                     StructField("pending", StringType()), StructField("wake", StringType())])
+_COLUMNS = ["qid", "grp", "kind", "seq", "data", "raw"]
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars as Python numbers, non-finite floats as null."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    return value
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(_plain(value), separators=(",", ":")).encode()
+
+
+class GroupProcessor(StatefulProcessor):
+    """Hosts every query's key groups; ``url``/``prefix`` locate the registry, ``groups``
+    is the job's key-group count."""
+
+    def __init__(self, url: str, prefix: str, groups: int):
+        self.url, self.prefix, self.groups = url, prefix, groups
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("group", _STATE)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        query_id, group = str(key[0]), int(key[1])
+        if (query_id, group) == CONTROL:
+            yield frame[_COLUMNS]
+            return
+        kinds = frame["kind"]
+        if (kinds == "d").any():
+            dropped = self.state.exists()
+            self.state.clear()
+            if dropped:
+                yield _frame([(query_id, group, "g", -1, encode({"dropped": True}), None)])
+            return
+        registry = compiled(self.url, self.prefix, int(frame["registry"].max()), self.groups)
+        query = registry.queries.get(query_id)
+        if query is None:
+            return
+        events_rows = frame[kinds == "e"].sort_values("seq")
+        events = [parse_event_line(data.decode(), registry.streams) for data in events_rows["data"]]
+        ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
+        clock = merge_clocks(*(tick["clock"] for tick in ticks))
+        end = any(tick["end"] for tick in ticks)
+        state = None
+        if self.state.exists():
+            kind, snapshot, pending, wake = self.state.get()
+            state = GroupState(kind, snapshot, json.loads(pending), json.loads(wake))
+        result, state = step(query.query, query.streams, KeyGroup(group, query.routing.count), state, events,
+                             clock, threshold=query.entry.get("threshold"), end=end)
+        self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))
+        if result is None:
+            return
+        out = [(query_id, group, "m", -1, encode(m.to_json()), None) for m in result.matches]
+        out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
+                                                   "reason": late.reason}), None) for late in result.late]
+        out.append((query_id, group, "o", -1, encode(result.observations), None))
+        out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot), "end": end}), None))
+        yield _frame(out)
+
+    def close(self) -> None:
+        pass
+
+
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=_COLUMNS)

@@ -1,0 +1,49 @@
+"""The job's settings: environment variables with the ``PENUMBRA_`` prefix, each with a local default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["JobSettings"]
+
+
+def _home() -> Path:
+    return Path(os.environ.get("PENUMBRA_HOME", Path.cwd()))
+
+
+class JobSettings(BaseSettings):
+    """Where the job reads and writes, and how it cuts the stream into micro-batches.
+
+    >>> JobSettings(key_groups=8).key_groups
+    8
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
+
+    home: Path = Field(default_factory=_home, description="base folder of var/ (checkpoints, Redis data, logs)")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the Redis holding ingest, registry and results")
+    spark_master: str = Field("local[2]", description="local[N] or spark://host:port of a standalone cluster")
+    checkpoint: Path | None = Field(None, description="checkpoint folder (default: <home>/var/checkpoint)")
+    trigger_seconds: float = Field(0.5, ge=0, description="micro-batch interval; 0 starts the next batch at once")
+    max_rows_per_batch: int = Field(100_000, ge=1, description="admission control: ingest entries per micro-batch")
+    shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions (small on one machine)")
+    key_groups: int = Field(0, ge=0, description="key groups per query (0: twice the shuffle partitions)")
+    read_partitions: int = Field(0, ge=0, description="tasks reading one micro-batch (0: the shuffle partitions)")
+    result_maxlen: int = Field(100_000, ge=1, description="entries kept in each result stream (MAXLEN ~)")
+    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return (self.checkpoint or self.home / "var" / "checkpoint").absolute()
+
+    @property
+    def groups(self) -> int:
+        return self.key_groups or 2 * self.shuffle_partitions
+
+    @property
+    def readers(self) -> int:
+        return self.read_partitions or self.shuffle_partitions
