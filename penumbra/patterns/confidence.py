@@ -2,34 +2,286 @@
 
 Two computations, one per framework:
 
-* :func:`chain_confidence` -- the event-based framework (Algorithm 2): a memoised
-  dynamic programme over the points of the events' valid intervals. The state after
-  component ``j`` is the matrix ``D[t_1, t_j]`` of the probability of all partial point
-  matches starting at ``t_1`` and ending at ``t_j``, so the window ``t_l - t_1 < W`` is
-  applied exactly at the end. For *skip till next match*, the step from ``t_{j-1}`` to
-  ``t_j`` is weighted by ``P[Theta_j(m) = {}]`` (Eq. 3): each event that could match
-  ``E_j`` must fall outside ``(t_{j-1}, t_j)``. An event that could match several
-  components is conditioned on its point (Eq. 4).
+* :func:`dynamic_programme` -- the event-based framework (Algorithm 2): a dynamic
+  programme over the points of the events' valid intervals. The state after component
+  ``j`` is the matrix ``D[t_1, t_j]`` of the probability of all partial point matches
+  starting at ``t_1`` and ending at ``t_j``, so the window ``t_l - t_1 < W`` is applied
+  exactly at the end. For *skip till next match*, the step from ``t_{j-1}`` to ``t_j`` is
+  weighted by ``P[Theta_j(m) = {}]`` (Eq. 3): each event that could match ``E_j`` must
+  fall outside ``(t_{j-1}, t_j)``. An event that could match several components is
+  conditioned on its point (Eq. 4).
 * :func:`point_confidence` -- the point-based framework: ``C_any`` (Eq. 1) sums the
   point matches' probabilities; ``C_next`` (Eq. 2) multiplies each by
   ``P[Theta(m) = {}]``, memoising the factor of each gap (Algorithm 1).
 
-Both return ``(confidence, first, last)``: the time range is the tightest ``[t_1, t_l]``
+:func:`chain_confidence` is what the operator calls per match: the same numbers as the
+dynamic programme, which it runs only on the few pieces of a match that need it, once
+per shape (see its docstring); :func:`confidences` weighs a block of matches at once.
+
+All return ``(confidence, first, last)``: the time range is the tightest ``[t_1, t_l]``
 over point matches of positive probability, ``None`` when there is none.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Sequence
 
 import numpy as np
 
-from .model import GridEvent
+from .model import Found, GridEvent
 
-__all__ = ["chain_confidence", "point_confidence"]
+__all__ = ["chain_confidence", "confidences", "dynamic_programme", "memo_counters", "point_confidence"]
 
 Gaps = Sequence[Sequence[GridEvent]]
+#: Shapes the memo of :func:`chain_confidence` keeps (least recently used go first).
+MEMO_SIZE = 1 << 15
+
+#: A component as the sweeps see it: its valid interval and its pmf over it (``None``: uniform).
+Member = tuple[int, int, tuple[float, ...] | None]
+#: A weight with the first and last point of positive mass (``None`` without any).
+Weighed = tuple[float, int | None, int | None]
+#: Per gap, the excluders that can fall in it (``None``: skip till any match).
+Excluders = list[tuple[GridEvent, ...]] | None
+
+
+def chain_confidence(events: Sequence[GridEvent], vlb: Sequence[int], vub: Sequence[int],
+                     window: int, gaps: Gaps | None = None) -> tuple[float, int | None, int | None]:
+    """Confidence and range of the signature ``events`` with valid intervals ``[vlb, vub]``:
+    Algorithm 2's sum over point matches, or with ``gaps`` (``S-bar`` of Algorithm 1: the
+    events that could match component ``g + 1`` after the match's component ``g``) ``C_next``
+    of Eq. 3; :func:`dynamic_programme`'s numbers, up to rounding, at a fraction of its cost.
+
+    The chain of points ``t_1 < ... < t_l`` comes apart where two valid intervals are
+    disjoint (``vub_j < vlb_{j+1}``) and no excluder can fall between them: there the order
+    holds in every world, so the *pieces* on either side are independent but for the
+    window. When every point match fits the window (``vub_l - vlb_1 < W``) the confidence
+    is the product of the pieces' weights (for disjoint uniform events, of
+    ``(vub_j - vlb_j + 1) / |UI_j|``); otherwise the first and last pieces are weighed
+    together under the window and the pieces between multiply.
+
+    A uniform event's ``1 / |UI|`` is a common factor, so its points weigh 1 and a piece of
+    uniform events is a count of point matches: in closed form for two events, else by a
+    sweep over the points, one component at a time -- the mass of the partial point matches
+    by their last point, extended by a prefix sum (the order ``t_j < t_{j+1}``). Under the
+    window, the first piece's mass by first point meets the last piece's by last point in
+    one more prefix sum. What the sweeps do not cover -- a piece with excluders between its
+    points (Eq. 3), a pmf with zeros inside, the window within one piece -- is a *shape*:
+    positions relative to its first point, the pmf of each event that has one, the
+    excluders. A shape is weighed by the dynamic programme once and remembered
+    (:data:`MEMO_SIZE` shapes, the least recently used dropped first). An excluder that could
+    fall in two gaps (Eq. 4) sends the match to the dynamic programme.
+    """
+    length = len(events)
+    excluders = _gap_excluders(vlb, vub, gaps) if gaps else None
+    if gaps and excluders is None:
+        return dynamic_programme(events, vlb, vub, window, gaps)
+    if not any(excluders or ()) and vub[-1] - vlb[0] < window:
+        confidence = 1.0
+        for j, event in enumerate(events):
+            if not event.uniform or (j and vub[j - 1] >= vlb[j]):
+                break
+            confidence *= (vub[j] - vlb[j] + 1) / (event.hi - event.lo + 1)
+        else:
+            return confidence, vlb[0], vub[-1]
+    scale = 1.0
+    members: list[Member] = []
+    for event, lo, hi in zip(events, vlb, vub):
+        if event.uniform:
+            scale /= event.hi - event.lo + 1
+            members.append((lo, hi, None))
+        else:
+            members.append((lo, hi, tuple(event.probs[lo - event.lo: hi - event.lo + 1].tolist())))
+    pieces = []
+    start = 0
+    for g in range(length - 1):
+        if vub[g] < vlb[g + 1] and not (excluders and excluders[g]):
+            pieces.append(range(start, g + 1))
+            start = g + 1
+    pieces.append(range(start, length))
+    if length == 1 or vub[-1] - vlb[0] < window:
+        weighed = [_weigh_piece(members, excluders, piece) for piece in pieces]
+        first, last = weighed[0][1], weighed[-1][2]
+    else:
+        ends = _weigh_ends(members, excluders, pieces[0], pieces[-1], window)
+        weighed = [ends] + [_weigh_piece(members, excluders, piece) for piece in pieces[1:-1]]
+        first, last = ends[1], ends[2]
+    confidence = scale
+    for weight, _, _ in weighed:
+        confidence *= weight
+    if not confidence > 0:
+        return 0.0, None, None
+    return confidence, first, last
+
+
+def _gap_excluders(vlb: Sequence[int], vub: Sequence[int], gaps: Gaps) -> list[tuple[GridEvent, ...]] | None:
+    """Per gap, the excluders that can fall strictly between ``t_g`` and ``t_{g+1}``; ``None``
+    when one of them could fall in two gaps (its point must then be conditioned on, Eq. 4)."""
+    seen = set()
+    out = []
+    for g, candidates in enumerate(gaps):
+        first, last = vlb[g], vub[g + 1]
+        inside = tuple(e for e in candidates if e.hi > first and e.lo < last)
+        for e in inside:
+            if e.key in seen:
+                return None
+            seen.add(e.key)
+        out.append(inside)
+    return out
+
+
+def _sweepable(members: list[Member], excluders: Excluders, piece: range) -> bool:
+    """No excluder between the piece's points and no zero inside a pmf of its events."""
+    return not (excluders and any(excluders[g] for g in piece[:-1])) and \
+        not any(members[j][2] is not None and 0.0 in members[j][2] for j in piece)
+
+
+def _ramp_sum(low: int, high: int, cap: int) -> int:
+    """``sum over integers x in [low, high] of min(max(x, 0), cap)``."""
+    rising_low, rising_high = max(low, 1), min(high, cap)
+    rising = (rising_low + rising_high) * (rising_high - rising_low + 1) // 2 if rising_high >= rising_low else 0
+    return rising + cap * max(0, high - max(low, cap + 1) + 1)
+
+
+def _weigh_piece(members: list[Member], excluders: Excluders, piece: range) -> Weighed:
+    """The weight of a piece (its points in order, no excluder between them) with its first
+    and last point."""
+    if len(piece) == 1:
+        lo, hi, weights = members[piece[0]]
+        if weights is None:
+            return float(hi - lo + 1), lo, hi
+        positive = [k for k, w in enumerate(weights) if w > 0]
+        if not positive:
+            return 0.0, None, None
+        return sum(weights), lo + positive[0], lo + positive[-1]
+    if not _sweepable(members, excluders, piece):
+        return _weigh_memoised(members, excluders, list(piece), None)
+    first_lo, first_hi, first_weights = members[piece[0]]
+    last_lo, last_hi, last_weights = members[piece[-1]]
+    if len(piece) == 2 and first_weights is None and last_weights is None:
+        # t_2 in [vlb_2, vub_2] after each t_1: min(vub_2 - t_1, |[vlb_2, vub_2]|) choices
+        return float(_ramp_sum(last_hi - first_hi, last_hi - first_lo, last_hi - last_lo + 1)), first_lo, last_hi
+    mass, _ = _sweep_forward(members, piece)
+    return sum(mass), first_lo, last_hi
+
+
+def _weigh_ends(members: list[Member], excluders: Excluders, head: range, tail: range, window: int) -> Weighed:
+    """The first piece and the last weighed together under the window ``t_l - t_1 < W``:
+    ``sum over t_1 of F(t_1) * (sum over t_l <= t_1 + W - 1 of L(t_l))``, with ``F`` the first
+    piece's mass by first point and ``L`` the last piece's by last point."""
+    if head == tail or not _sweepable(members, excluders, head) or not _sweepable(members, excluders, tail):
+        joined = list(head) if head == tail else [*head, *tail]
+        return _weigh_memoised(members, excluders, joined, window)
+    if len(head) == 1 and len(tail) == 1 and members[head[0]][2] is None and members[tail[0]][2] is None:
+        first_lo, first_hi, _ = members[head[0]]
+        last_lo, last_hi, _ = members[tail[0]]
+        # t_l in [vlb_l, min(vub_l, t_1 + W - 1)] after each t_1
+        count = _ramp_sum(first_lo + window - last_lo, first_hi + window - last_lo, last_hi - last_lo + 1)
+        if not count:
+            return 0.0, None, None
+        return float(count), max(first_lo, last_lo - window + 1), min(last_hi, first_hi + window - 1)
+    starts, start_lo = _sweep_backward(members, head)
+    ends, end_lo = _sweep_forward(members, tail)
+    before = list(itertools.accumulate(ends, initial=0.0))
+    reach = window + start_lo - end_lo
+    count = len(ends)
+    total = 0.0
+    first = latest_start = None
+    for k, mass in enumerate(starts):
+        within = before[min(max(reach + k, 0), count)]
+        if mass > 0 and within > 0:
+            total += mass * within
+            first = start_lo + k if first is None else first
+            latest_start = start_lo + k
+    if first is None:
+        return 0.0, None, None
+    reachable = ends[: latest_start + window - end_lo]
+    return total, first, end_lo + max(k for k, mass in enumerate(reachable) if mass > 0)
+
+
+def _sweep_forward(members: list[Member], piece: Sequence[int]) -> tuple[list[float], int]:
+    """Mass of the piece's point matches by their last point, and that point's first instant:
+    ``m_{j+1}(u) = p_{j+1}(u) * sum over t < u of m_j(t)`` (Algorithm 2, the start points
+    summed)."""
+    lo, hi, weights = members[piece[0]]
+    mass = [1.0] * (hi - lo + 1) if weights is None else list(weights)
+    for j in piece[1:]:
+        following_lo, following_hi, weights = members[j]
+        before = list(itertools.accumulate(mass, initial=0.0))
+        count = len(mass)
+        mass = [before[min(max(u - lo, 0), count)] for u in range(following_lo, following_hi + 1)]
+        if weights is not None:
+            mass = [m * w for m, w in zip(mass, weights)]
+        lo = following_lo
+    return mass, lo
+
+
+def _sweep_backward(members: list[Member], piece: Sequence[int]) -> tuple[list[float], int]:
+    """Mass of the piece's point matches by their first point, and that point's first instant:
+    the forward sweep of the mirrored piece (``t -> -t``, components in reverse order)."""
+    mirrored = [(-hi, -lo, None if weights is None else weights[::-1])
+                for lo, hi, weights in (members[j] for j in reversed(piece))]
+    mass, lo = _sweep_forward(mirrored, range(len(mirrored)))
+    return mass[::-1], -(lo + len(mass) - 1)
+
+
+def _weigh_memoised(members: list[Member], excluders: Excluders, piece: list[int],
+                    window: int | None) -> Weighed:
+    """The weight and range of the components ``piece`` (consecutive, but for one jump from
+    the first piece to the last) by their shape, looked up or weighed by the dynamic programme."""
+    base = members[piece[0]][0]
+    shape = tuple((lo - base, hi - base, weights) for lo, hi, weights in (members[j] for j in piece))
+    between = tuple(_excluder_shape(excluders[j], base) if excluders and following == j + 1 else ()
+                    for j, following in zip(piece, piece[1:]))
+    weight, first, last = _weigh_shape(shape, between, window)
+    if first is None:
+        return 0.0, None, None
+    return weight, first + base, last + base
+
+
+def _excluder_shape(excluders: tuple[GridEvent, ...], base: int) -> tuple:
+    return tuple(sorted(((e.lo - base, e.hi - base, None if e.uniform else tuple(e.probs.tolist()))
+                         for e in excluders), key=lambda item: item[:2]))
+
+
+@functools.lru_cache(maxsize=MEMO_SIZE)
+def _weigh_shape(shape: tuple, between: tuple, window: int | None) -> Weighed:
+    """:func:`dynamic_programme` on a shape: events of weights 1 (uniform) or their pmf over
+    their valid interval, and per gap its excluders with their own pmf."""
+    events = [GridEvent("", str(j), {}, lo, hi, np.ones(hi - lo + 1) if weights is None else np.array(weights))
+              for j, (lo, hi, weights) in enumerate(shape)]
+    gaps = [[GridEvent("excluder", f"{g}.{k}", {}, lo, hi, None if weights is None else np.array(weights))
+             for k, (lo, hi, weights) in enumerate(excluders)] for g, excluders in enumerate(between)]
+    reach = shape[-1][1] - shape[0][0] + 1 if window is None else window
+    return dynamic_programme(events, [lo for lo, _, _ in shape], [hi for _, hi, _ in shape], reach, gaps)
+
+
+def memo_counters() -> dict[str, int]:
+    """Lookups of the shape memo of :func:`chain_confidence` that hit and missed, and its size."""
+    info = _weigh_shape.cache_info()
+    return {"confidence_memo_hits": info.hits, "confidence_memo_misses": info.misses,
+            "confidence_memo_shapes": info.currsize}
+
+
+def confidences(found: Sequence[Found], window: int, gaps: Sequence[Gaps | None] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Confidence, first and last point of every match of a block: ``C_any``/``C_next`` of the
+    point matches when the engine found them (point-based framework), else
+    :func:`chain_confidence`; ``gaps[i]`` are match ``i``'s excluders (skip till next match).
+    The range of a match of confidence 0 reads ``(0, 0)``."""
+    count = len(found)
+    confidence = np.zeros(count)
+    ends = np.zeros((2, count), dtype=np.int64)
+    for i, match in enumerate(found):
+        excluders = gaps[i] if gaps is not None else None
+        if match.points is not None:
+            value, first, last = point_confidence(match.events, match.points, excluders)
+        else:
+            value, first, last = chain_confidence(match.events, match.vlb, match.vub, window, excluders)
+        if value > 0:
+            confidence[i], ends[0, i], ends[1, i] = value, first, last
+    return confidence, ends[0], ends[1]
 
 
 def _at_or_before(event: GridEvent, t: np.ndarray) -> np.ndarray:
@@ -46,9 +298,10 @@ def _at_or_after(event: GridEvent, t: np.ndarray) -> np.ndarray:
     return np.where(index >= len(survival), 0.0, survival[np.clip(index, 0, len(survival) - 1)])
 
 
-def chain_confidence(events: Sequence[GridEvent], vlb: Sequence[int], vub: Sequence[int],
-                     window: int, gaps: Gaps | None = None) -> tuple[float, int | None, int | None]:
-    """Confidence and range of the signature ``events`` with valid intervals ``[vlb, vub]``.
+def dynamic_programme(events: Sequence[GridEvent], vlb: Sequence[int], vub: Sequence[int],
+                      window: int, gaps: Gaps | None = None) -> tuple[float, int | None, int | None]:
+    """Confidence and range of the signature ``events`` with valid intervals ``[vlb, vub]``,
+    over every point of every valid interval at once (Algorithm 2; Eq. 3 and 4 with ``gaps``).
 
     ``gaps[g]`` lists the events (not in the signature) that could match component
     ``g + 1`` after the match's component ``g`` (``S-bar`` of Algorithm 1); ``None`` for

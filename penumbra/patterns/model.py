@@ -8,6 +8,7 @@ trimmed, so ``lo`` and ``hi`` bound the instants the event can really occur at.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -24,7 +25,8 @@ __all__ = ["CompiledPattern", "Found", "GridEvent", "to_grid"]
 
 class GridEvent:
     """One event on the grid: ``key = (stream, id)``, support ``[lo, hi]`` and, over it,
-    ``probs`` (built on first use for the common uniform interval)."""
+    ``probs`` (for the common uniform interval, one read-only array shared by every event
+    of its length)."""
 
     __slots__ = ("key", "stream", "id", "attrs", "lo", "hi", "_probs")
 
@@ -39,10 +41,13 @@ class GridEvent:
         self._probs = probs
 
     @property
+    def uniform(self) -> bool:
+        """Whether the event has the default uniform pmf (``probs`` given by the interval alone)."""
+        return self._probs is None
+
+    @property
     def probs(self) -> np.ndarray:
-        if self._probs is None:
-            self._probs = np.full(self.hi - self.lo + 1, 1.0 / (self.hi - self.lo + 1))
-        return self._probs
+        return _uniform_probs(self.hi - self.lo + 1) if self._probs is None else self._probs
 
     def __getstate__(self):
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -53,6 +58,13 @@ class GridEvent:
 
     def __repr__(self) -> str:
         return f"GridEvent({self.stream}:{self.id} [{self.lo}, {self.hi}])"
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform_probs(count: int) -> np.ndarray:
+    probs = np.full(count, 1.0 / count)
+    probs.flags.writeable = False
+    return probs
 
 
 def to_grid(event: Event, unit: float) -> GridEvent:
