@@ -8,6 +8,9 @@ REST and in Redis)::
 
 Bad input raises :class:`~penumbra.errors.ValidationError` naming the field; reading a
 batch keeps every valid event and reports each rejected one with its line.
+:func:`parse_events` reads a block (JSON lines as text or bytes, or decoded objects) for the
+Spark pipeline and the service: events out, and a rejection per bad input, never a raise.
+Lines are decoded with orjson where it is installed, with the json module's results.
 
 >>> streams = parse_streams({"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40],
 ...                                                    "probs": [0.1, 0.3, 0.6]}}}})
@@ -19,9 +22,13 @@ batch keeps every valid event and reports each rejected one with its line.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import re
+import sys
+from collections.abc import Set
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,9 +38,14 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from .errors import ValidationError
 from .timestamps import MAX_BUCKETS, Histogram, Interval, finite_number
 
+try:
+    import orjson
+except ImportError:  # the json module reads everything orjson would, about 4x slower
+    orjson = None
+
 __all__ = [
     "GAP_FAMILIES", "Event", "Rejected", "StreamParams", "Streams", "gap_problem",
-    "parse_event", "parse_event_line", "read_events", "load_events",
+    "parse_event", "parse_event_line", "parse_events", "read_events", "load_events",
     "parse_streams", "load_streams", "event_to_json",
 ]
 
@@ -57,6 +69,16 @@ class Event:
     attrs: Mapping[str, Scalar] = field(default_factory=dict)
     template: str | None = None
     detected: float | None = None
+
+    @classmethod
+    def _checked(cls, stream: str, event_id: str, ts: Histogram | Interval, attrs: Mapping[str, Scalar],
+                 template: str | None = None, detected: float | None = None) -> Event:
+        """An event from fields already validated."""
+        event = object.__new__(cls)
+        fields = event.__dict__
+        fields["stream"], fields["id"], fields["ts"], fields["attrs"] = stream, event_id, ts, attrs
+        fields["template"], fields["detected"] = template, detected
+        return event
 
     @cached_property
     def histogram(self) -> Histogram:
@@ -164,9 +186,27 @@ class Rejected(NamedTuple):
 
 
 # --- decoding -------------------------------------------------------------------------
+#
+# Every check runs on the exact JSON types first (``type(x) is dict``, ``str``, ...), which
+# is what decoded JSON holds, and only then on the abstract ones (any Mapping, subclasses),
+# so a decoded event pays for no ``isinstance`` chain; the error for a value is the same
+# whichever way it is reached.
+
+_EVENT_FIELDS = frozenset({"stream", "id", "ts", "attrs"})
+_MISSING = object()
+_NO_ATTRS: Mapping[str, Scalar] = MappingProxyType({})
+#: Stream names and attribute keys already found valid, so the pattern runs once per
+#: distinct name, not once per event; bounded, as names come from the input.
+_VALID_NAMES: set[str] = set()
+_MAX_VALID_NAMES = 4096
+#: orjson reads an integer literal beyond 64 bits as a float of this magnitude or more.
+_WIDEST_INTEGER = float(2 ** 63)
+_PLAIN_NUMBERS = (int, float)
+_LARGEST = sys.float_info.max
+
 
 def _expect_object(value: Any, field_name: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise ValidationError(field_name, f"must be a JSON object, got {_json_type(value)}")
     return value
 
@@ -176,8 +216,8 @@ def _json_type(value: Any) -> str:
             int: "number", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _reject_unknown(obj: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(obj) - allowed)
+def _reject_unknown(obj: Mapping[str, Any], allowed: Set[str], where: str) -> None:
+    unknown = sorted(set(obj) - allowed, key=str)
     if unknown:
         prefix = f"{where}." if where else ""
         raise ValidationError(f"{prefix}{unknown[0]}",
@@ -185,15 +225,25 @@ def _reject_unknown(obj: Mapping[str, Any], allowed: set[str], where: str) -> No
 
 
 def _name(value: Any, field_name: str) -> str:
+    if type(value) is str and value in _VALID_NAMES:
+        return value
     if not isinstance(value, str):
         raise ValidationError(field_name, f"must be a string, got {_json_type(value)}")
     if not _NAME.match(value):
         raise ValidationError(field_name, f"must be a name of letters, digits, '_', '.', '-' "
                               f"starting with a letter or '_' (at most 128), got {value!r}")
+    if len(_VALID_NAMES) < _MAX_VALID_NAMES:
+        _VALID_NAMES.add(value)
     return value
 
 
-def _timestamp(value: Any, params: StreamParams | None) -> tuple[Histogram | Interval, str | None, float | None]:
+def _timestamp(value: Any, stream: str, streams: Streams | Mapping[str, StreamParams] | None
+               ) -> tuple[Histogram | Interval, str | None, float | None]:
+    if type(value) is dict and len(value) == 2:
+        lo = value.get("lo")
+        hi = value.get("hi")
+        if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST:
+            return Interval._checked(float(lo), float(hi)), None, None
     ts = _expect_object(value, "ts")
     keys = set(ts)
     try:
@@ -205,76 +255,187 @@ def _timestamp(value: Any, params: StreamParams | None) -> tuple[Histogram | Int
             name = ts["template"]
             if not isinstance(name, str):
                 raise ValidationError("template", f"must be a string, got {_json_type(name)}")
+            params = None
+            if streams is not None:
+                params = streams.get_or_default(stream) if isinstance(streams, Streams) else streams.get(stream)
             templates = params.templates if params else {}
             if name not in templates:
                 known = ", ".join(sorted(templates)) or "none declared"
-                stream = params.name if params else "this stream"
+                where = params.name if params else "this stream"
                 raise ValidationError("template", f"unknown template {name!r} for stream "
-                                      f"{stream!r} (known: {known})")
+                                      f"{where!r} (known: {known})")
             detected = finite_number(ts["detected"], "detected")
             return Histogram.from_template(templates[name], detected), name, detected
     except ValidationError as error:
         raise error.within("ts") from None
     raise ValidationError("ts", "must be one of {lo, hi[, pmf]}, {edges, probs} or "
-                          f"{{detected, template}}; got fields {sorted(keys)}")
+                          f"{{detected, template}}; got fields {sorted(keys, key=str)}")
 
 
-def _attrs(value: Any) -> dict[str, Scalar]:
-    attrs = _expect_object(value, "attrs")
+def _attrs(value: Any) -> Mapping[str, Scalar]:
+    attrs = value if type(value) is dict else _expect_object(value, "attrs")
     if len(attrs) > MAX_ATTRS:
         raise ValidationError("attrs", f"too many attributes: {len(attrs)}, at most {MAX_ATTRS}")
-    out: dict[str, Scalar] = {}
     for key, item in attrs.items():
-        where = f"attrs.{key}"
-        _name(key, where)
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValidationError(where, f"must be finite, got {item!r}")
-        if isinstance(item, str) and len(item) > MAX_STRING_LENGTH:
-            raise ValidationError(where, f"string too long: {len(item)}, at most {MAX_STRING_LENGTH}")
-        if item is not None and not isinstance(item, (str, int, float, bool)):
-            raise ValidationError(where, f"must be a string, number, boolean or null, "
+        if type(key) is not str or key not in _VALID_NAMES:
+            _name(key, f"attrs.{key}")
+        kind = type(item)
+        if kind is int or kind is bool or item is None:
+            continue
+        if kind is float or isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValidationError(f"attrs.{key}", f"must be finite, got {item!r}")
+        elif kind is str or isinstance(item, str):
+            if len(item) > MAX_STRING_LENGTH:
+                raise ValidationError(f"attrs.{key}", f"string too long: {len(item)}, "
+                                      f"at most {MAX_STRING_LENGTH}")
+        elif not isinstance(item, int):
+            raise ValidationError(f"attrs.{key}", f"must be a string, number, boolean or null, "
                                   f"got {_json_type(item)}")
-        out[key] = item
-    return out
+    return MappingProxyType(dict(attrs)) if attrs else _NO_ATTRS
 
 
 def parse_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None = None) -> Event:
     """Decode and validate one event object; template timestamps are resolved with ``streams``."""
-    obj = _expect_object(obj, "")
-    _reject_unknown(obj, {"stream", "id", "ts", "attrs"}, "")
-    for required in ("stream", "id", "ts"):
-        if required not in obj:
-            raise ValidationError(required, "missing required field")
-    stream = _name(obj["stream"], "stream")
-    event_id = obj["id"]
-    if not isinstance(event_id, str) or not event_id:
-        raise ValidationError("id", f"must be a non-empty string, got {_json_type(event_id)}")
-    if len(event_id) > MAX_ID_LENGTH:
-        raise ValidationError("id", f"too long: {len(event_id)} characters, at most {MAX_ID_LENGTH}")
-    params = None
-    if streams is not None:
-        params = streams.get_or_default(stream) if isinstance(streams, Streams) else streams.get(stream)
-    ts, template, detected = _timestamp(obj["ts"], params)
-    attrs = MappingProxyType(_attrs(obj.get("attrs", {})))
-    return Event(stream, event_id, ts, attrs, template, detected)
+    if type(obj) is not dict:
+        obj = _expect_object(obj, "")
+    if not _EVENT_FIELDS.issuperset(obj):
+        _reject_unknown(obj, _EVENT_FIELDS, "")
+    stream, event_id, ts = obj.get("stream", _MISSING), obj.get("id", _MISSING), obj.get("ts", _MISSING)
+    if stream is _MISSING or event_id is _MISSING or ts is _MISSING:
+        missing = next(name for name in ("stream", "id", "ts") if name not in obj)
+        raise ValidationError(missing, "missing required field")
+    if type(stream) is not str or stream not in _VALID_NAMES:
+        _name(stream, "stream")
+    if type(event_id) is not str or not 0 < len(event_id) <= MAX_ID_LENGTH:
+        _check_id(event_id)
+    ts, template, detected = _timestamp(ts, stream, streams)
+    attrs = obj.get("attrs", _MISSING)
+    return Event._checked(stream, event_id, ts, _NO_ATTRS if attrs is _MISSING else _attrs(attrs), template, detected)
+
+
+def _check_id(value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("id", f"must be a non-empty string, got {_json_type(value)}")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValidationError("id", f"too long: {len(value)} characters, at most {MAX_ID_LENGTH}")
 
 
 def _reject_constant(name: str):
     raise ValidationError("", f"{name} is not allowed in JSON input")
 
 
-def loads(text: str) -> Any:
-    """Strict JSON: NaN and Infinity are errors, not floats."""
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON (bytes are UTF-8): NaN and Infinity are errors, not floats, and so is
+    anything the json module cannot read; integers stay exact."""
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValidationError("", f"not UTF-8: {error.reason} at byte {error.start}") from None
+    if text.startswith("\ufeff"):
+        raise ValidationError("", "invalid JSON at column 1: Unexpected UTF-8 BOM (decode using utf-8-sig)")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _STRICT_DECODER.decode(text)
     except json.JSONDecodeError as error:
         raise ValidationError("", f"invalid JSON at column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise ValidationError("", "invalid JSON: nested too deeply") from None
+    except ValidationError:
+        raise
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise ValidationError("", f"invalid JSON: {error}") from None
 
 
-def parse_event_line(line: str, streams: Streams | None = None) -> Event:
-    if len(line.encode()) > MAX_LINE_BYTES:
-        raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
-    return parse_event(loads(line), streams)
+def _decode_event(raw: str | bytes) -> Any:
+    """:func:`loads`, through orjson when it is installed and reads ``raw`` the same way.
+
+    Whatever orjson rejects (NaN, Infinity, lone surrogates, 1e999, ...) goes to the json
+    module, so it is accepted or refused with the same words as ever. orjson also reads an
+    integer beyond 64 bits as a float; of the values an event keeps, only an attribute
+    would show it, so an event with an attribute float that wide is read again by json."""
+    if orjson is not None:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return loads(raw)
+        attrs = value.get("attrs") if type(value) is dict else None
+        if type(attrs) is dict:
+            for item in attrs.values():
+                if type(item) is float and not -_WIDEST_INTEGER < item < _WIDEST_INTEGER:
+                    return loads(raw)
+        return value
+    return loads(raw)
+
+
+def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None) -> Event:
+    if isinstance(raw, str):
+        # a character is at most 4 bytes of UTF-8: only long lines need encoding to measure
+        if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
+            raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
+        return parse_event(_decode_event(raw), streams)
+    if isinstance(raw, (bytes, bytearray)):
+        if len(raw) > MAX_LINE_BYTES:
+            raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
+        return parse_event(_decode_event(raw), streams)
+    return parse_event(raw, streams)
+
+
+def parse_event_line(line: str | bytes, streams: Streams | None = None) -> Event:
+    """One event from one line of JSON."""
+    return _parse_raw(line, streams)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off for a batch. The objects a batch builds hold no
+    cycles and outlive it, so a collection during it frees nothing; yet CPython would run
+    one every few hundred allocations and move the survivors up to be scanned again, which
+    costs about as much as the parsing itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _admit(event: Event, seen: set[tuple[str, str]]) -> Event:
+    """``event``, unless its id was already seen in its stream."""
+    key = (event.stream.casefold(), event.id)
+    if key in seen:
+        raise ValidationError("id", f"duplicate id {event.id!r} in stream {event.stream!r}")
+    seen.add(key)
+    return event
+
+
+def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
+                 ) -> tuple[list[Event], list[tuple[int, ValidationError]]]:
+    """A block of raw events (JSON lines as ``str`` or UTF-8 ``bytes``, or decoded objects):
+    the valid events in input order, and ``(index, error)`` for every rejected input.
+
+    An ``id`` seen twice in one stream within the block is rejected the second time. Never
+    raises for bad input: whatever its shape, it comes back as a rejection naming the field.
+
+    >>> events, rejected = parse_events(['{"stream": "A", "id": "a1", "ts": {"lo": 1, "hi": 2}}',
+    ...                                  b'{"stream": "A", "id": "a1", "ts": {"lo": 3, "hi": 4}}', "[1]"])
+    >>> [e.id for e in events], [(index, str(error)) for index, error in rejected]
+    (['a1'], [(1, "id: duplicate id 'a1' in stream 'A'"), (2, 'must be a JSON object, got array')])
+    """
+    events: list[Event] = []
+    rejected: list[tuple[int, ValidationError]] = []
+    seen: set[tuple[str, str]] = set()
+    with _collector_paused():
+        for index, raw in enumerate(raws):
+            try:
+                events.append(_admit(_parse_raw(raw, streams), seen))
+            except ValidationError as error:
+                rejected.append((index, error))
+    return events, rejected
 
 
 def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
@@ -285,18 +446,14 @@ def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[l
     events: list[Event] = []
     rejected: list[Rejected] = []
     seen: set[tuple[str, str]] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            event = parse_event_line(line, streams)
-            key = (event.stream.casefold(), event.id)
-            if key in seen:
-                raise ValidationError("id", f"duplicate id {event.id!r} in stream {event.stream!r}")
-            seen.add(key)
-            events.append(event)
-        except ValidationError as error:
-            rejected.append(Rejected(number, error, line.rstrip("\n")))
+    with _collector_paused():
+        for number, line in enumerate(lines, start=1):
+            if not line or line.isspace():
+                continue
+            try:
+                events.append(_admit(_parse_raw(line, streams), seen))
+            except ValidationError as error:
+                rejected.append(Rejected(number, error, line.rstrip("\n")))
     return events, rejected
 
 

@@ -41,7 +41,10 @@ def finite_number(value: object, field: str) -> float:
     """``value`` as a float; a clear error for bools, strings, NaN and infinities."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValidationError(field, f"must be a number, got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValidationError(field, "must be finite, got an integer beyond the range of a float") from None
     if not math.isfinite(number):
         raise ValidationError(field, f"must be finite, got {value!r}")
     return number
@@ -211,6 +214,14 @@ class Interval:
                 raise ValidationError("pmf", f"needs hi - lo + 1 = {int(span) + 1} weights, "
                                       f"got {len(weights)}")
             object.__setattr__(self, "pmf", tuple(weights.tolist()))
+
+    @classmethod
+    def _checked(cls, lo: float, hi: float) -> Interval:
+        """An interval without a pmf from floats already known to be finite with ``lo <= hi``."""
+        interval = object.__new__(cls)
+        fields = interval.__dict__
+        fields["lo"], fields["hi"], fields["pmf"] = lo, hi, None
+        return interval
 
     @property
     def length(self) -> float:

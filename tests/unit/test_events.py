@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
+from unittest import mock
 
+import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+from penumbra import events as events_module
 from penumbra.errors import ValidationError
 from penumbra.events import (
-    Streams, event_to_json, loads, parse_event, parse_event_line, parse_streams, read_events)
+    Streams, event_to_json, loads, parse_event, parse_event_line, parse_events, parse_streams, read_events)
 from penumbra.timestamps import Histogram, Interval
 
 STREAMS = {"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]},
@@ -174,3 +179,145 @@ def test_strict_json():
     assert loads('{"a": 1}') == {"a": 1}
     with pytest.raises(ValidationError):
         loads('{"a": -Infinity}')
+
+
+# --- the block form and the decoder ------------------------------------------------------
+
+def line(**changes) -> str:
+    return json.dumps(event(**changes))
+
+
+def test_a_block_of_lines_bytes_and_objects(streams):
+    raws = [line(id="a"), line(id="b").encode(), event(id="c"), "not json", line(id="a"),
+            line(id="a", stream="acoustic").encode(), b"\xff\xfe", None, [1], "", line(id="d", attrs=[])]
+    events, rejected = parse_events(raws, streams)
+    assert [(e.stream, e.id) for e in events] == [("seismic", "a"), ("seismic", "b"), ("seismic", "c"),
+                                                  ("acoustic", "a")]
+    assert [(index, error.field) for index, error in rejected] == [(3, ""), (4, "id"), (6, ""), (7, ""), (8, ""),
+                                                                    (9, ""), (10, "attrs")]
+    assert "duplicate id" in str(rejected[1][1]) and "not UTF-8" in str(rejected[2][1])
+    assert "got null" in str(rejected[3][1]) and "invalid JSON at column 1" in str(rejected[5][1])
+    assert events[0] == parse_event(event(id="a"), streams) and events[1].template is None
+
+
+def test_fast_intervals_are_ordinary_intervals(streams):
+    e = parse_event_line(line(ts={"lo": 3, "hi": 13}), streams)
+    assert e.ts == Interval(3, 13) and hash(e.ts) == hash(Interval(3, 13))
+    assert type(e.ts.lo) is float and e.ts.pmf is None
+    assert e == parse_event(event(ts={"lo": 3.0, "hi": 13.0}), streams)
+
+
+WIDE = [2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, -2 ** 63, -2 ** 63 - 1, 10 ** 30, -(10 ** 400)]
+
+
+@pytest.mark.parametrize("number", WIDE)
+def test_integers_stay_exact(streams, number):
+    e = parse_event_line(line(attrs={"n": number, "x": 1.5}), streams)
+    assert type(e.attrs["n"]) is int and e.attrs["n"] == number and e.attrs["x"] == 1.5
+    e = parse_events([line(attrs={"n": number}).encode()], streams)[0][0]
+    assert type(e.attrs["n"]) is int and e.attrs["n"] == number
+
+
+@pytest.mark.parametrize("text,field,words", [
+    ('{"stream": "s", "id": "a", "ts": {"lo": NaN, "hi": 1}}', "", "NaN is not allowed"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": -Infinity}}', "", "-Infinity is not allowed"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1e999}}', "ts.hi", "must be finite"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1' + "0" * 400 + '}}', "ts.hi", "beyond the range of a float"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1' + "0" * 5000 + '}}', "", "invalid JSON"),
+    ('{"stream": "s", "id": "a", "attrs": {"x": 1e999}, "ts": {"lo": 0, "hi": 1}}', "attrs.x", "must be finite"),
+    ('\ufeff{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1}}', "", "BOM"),
+    ("[" * 100_000, "", "invalid JSON"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1},}', "", "invalid JSON at column"),
+])
+def test_what_json_refuses_is_named(streams, text, field, words):
+    for raw in (text, text.encode()):
+        rejected = parse_events([raw], streams)[1]
+        assert [index for index, _ in rejected] == [0]
+        assert rejected[0][1].field == field and words in rejected[0][1].message
+
+
+def test_what_only_the_json_module_reads(streams):
+    """Lone surrogates and duplicate keys read as the json module reads them."""
+    e = parse_event_line('{"stream": "s", "id": "\\ud800", "ts": {"lo": 0, "hi": 1}, "id": "b\\udfff"}', streams)
+    assert e.id == "b\udfff"
+    assert parse_event_line(line(id="\ud800x"), streams).id == "\ud800x"
+
+
+def test_mappings_and_number_types_as_before(streams):
+    obj = MappingProxyType({**event(), "attrs": MappingProxyType({"v": np.float64(2.5), "k": True})})
+    e = parse_events([obj], streams)[0][0]
+    assert dict(e.attrs) == {"v": 2.5, "k": True}
+    with pytest.raises(ValidationError, match="got int64"):
+        parse_event(event(attrs={"n": np.int64(3)}), streams)
+    with pytest.raises(ValidationError, match="must be finite"):
+        parse_event(event(ts={"lo": float("nan"), "hi": 1}), streams)
+
+
+def test_oversize_raw_events(streams):
+    big = line(attrs={"s": "x" * (2 << 20)})
+    rejected = parse_events([big, big.encode()], streams)[1]
+    assert [index for index, _ in rejected] == [0, 1] and all("too large" in str(e) for _, e in rejected)
+
+
+def outcome(raw, streams):
+    """What reading ``raw`` gives: the event and its attributes' types, or the error."""
+    try:
+        e = parse_event_line(raw, streams)
+    except ValidationError as error:
+        return "rejected", error.field, error.message
+    return "event", e, {key: type(value) for key, value in e.attrs.items()}
+
+
+json_texts = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda attrs, lo, width: json.dumps({"stream": "seismic", "id": "x", "ts": {"lo": lo, "hi": lo + width},
+                                                  "attrs": attrs}),
+              st.dictionaries(st.sampled_from(["a", "b", "bad key"]),
+                              st.one_of(st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False),
+                                        st.text(max_size=3), st.booleans(), st.none()), max_size=3),
+              st.one_of(st.integers(-2 ** 70, 2 ** 70), st.floats(-1e300, 1e300)), st.integers(-1, 3)),
+    st.sampled_from(["NaN", "Infinity", "1e999", "-0", "[1,]", '"\\ud800"', "{}", " {} ", "\ufeff{}", "1" * 30]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_texts)
+def test_orjson_reads_what_the_json_module_reads(text):
+    """Every line reads the same through orjson as through the json module alone: the same
+    event with the same number types, or the same error."""
+    pytest.importorskip("orjson")
+    streams = parse_streams(STREAMS)
+    fast = outcome(text, streams), outcome(text.encode("utf-8", "surrogatepass"), streams)
+    with mock.patch.object(events_module, "orjson", None):
+        plain = outcome(text, streams)
+    assert fast[0] == plain
+    if not any("\ud800" <= c <= "\udfff" for c in text):  # else the bytes are not UTF-8
+        assert fast[1] == plain
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4))
+anything = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                        max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=30), st.binary(max_size=30), anything,
+                          anything.map(lambda v: json.dumps(v, allow_nan=True)),
+                          st.builds(event, id=st.sampled_from(["a", "b"])),
+                          st.builds(lambda **kw: line(**kw), id=st.sampled_from(["a", "b"]))), max_size=8))
+def test_a_block_of_anything_never_raises(raws):
+    events, rejected = parse_events(raws, parse_streams(STREAMS))
+    indices = [index for index, _ in rejected]
+    assert len(events) + len(rejected) == len(raws) and indices == sorted(set(indices))
+    assert all(isinstance(error, ValidationError) and str(error) for _, error in rejected)
+    assert len({(e.stream.casefold(), e.id) for e in events}) == len(events)
+
+
+def test_names_seen_are_remembered_within_a_bound(streams):
+    """Valid names are remembered so the pattern runs once per name, but input cannot grow
+    that memory without bound."""
+    lines = [line(id=str(k), attrs={f"k{k}_{j}": j for j in range(10)}) for k in range(events_module._MAX_VALID_NAMES)]
+    events, rejected = parse_events(lines, streams)
+    assert len(events) == len(lines) and not rejected
+    assert len(events_module._VALID_NAMES) <= events_module._MAX_VALID_NAMES
