@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import lossy_workload  # noqa: E402
+from report import Report  # noqa: E402
 
 TARGET = 200_000
 WINDOW = 600
@@ -44,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
-    report = lossy_workload.Report("lossy_throughput", "Lossy CEP throughput (shoplifting, one core)")
+    report = Report("lossy_throughput", "Lossy CEP throughput (shoplifting, one core)")
     say = report.say
     tags, visits, repeats = (1_000, 3_000, 1) if args.quick else (10_000, 70_000, 3)
     events = lossy_workload.shop(tags, visits)

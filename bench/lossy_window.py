@@ -37,6 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import lossy_workload  # noqa: E402
+from report import Report  # noqa: E402
 
 RATE = 0.2
 BLOCK = 5_000
@@ -62,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
-    report = lossy_workload.Report("lossy_window", "Lossy CEP per-tuple cost against the window")
+    report = Report("lossy_window", "Lossy CEP per-tuple cost against the window")
     say = report.say
     windows = [1_000, 10_000] if args.quick else [1_000, 3_000, 10_000, 30_000, 100_000]
     repeats = 1 if args.quick else 9

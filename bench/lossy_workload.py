@@ -8,7 +8,6 @@ it leave. Every reader misses a read with probability ``miss``. Times are intege
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -98,23 +97,3 @@ def run(events: list[Event], window: int, miss: float, block: int,
         ends.append(int(chunk[-1].ts.lo))
     matches += len(op.flush().matches)
     return seconds, ends, matches
-
-
-class Report:
-    """Lines printed as they come, then saved with the figure as bench/out/<name>.md."""
-
-    def __init__(self, name: str, title: str):
-        self.name, self.title, self.lines = name, title, []
-
-    def say(self, line: str) -> None:
-        print(line)
-        self.lines.append(line)
-
-    def save(self, figure) -> None:
-        out = Path(__file__).parent / "out"
-        out.mkdir(exist_ok=True)
-        figure.tight_layout()
-        figure.savefig(out / f"{self.name}.png", dpi=120)
-        (out / f"{self.name}.md").write_text(f"# {self.title}\n\n```\n" + "\n".join(self.lines)
-                                             + f"\n```\n\n![figure]({self.name}.png)\n")
-        print(f"wrote {out / self.name}.png and .md")

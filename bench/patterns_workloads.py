@@ -4,6 +4,11 @@
   ``value`` counting 1..1000 and wrapping; event ``t`` arrives at time ``t`` with the
   uncertainty interval ``[t - delta, t + delta]``. Queries are
   ``SEQ(E e1, ..., E el) WHERE e1.value % v1 = 0 AND ... WITHIN W``.
+* ``dense``: denser in matches than ``synthetic``. Streams ``A``, ``B``, ``C`` take turns;
+  the gap between events is drawn from ``1 .. 2 * spacing - 1``; each event's ``value`` is
+  drawn from 0..9 and a component takes ``value < 3``, so about one event in ten can match
+  each component. ``SEQ(A a, B b, C c)``, skip till any match, ``WITHIN 100``: at spacing
+  5 and half-width 5, about 0.3 matches per event. Half-widths are fixed or drawn per event.
 * ``cluster``: a Hadoop cluster in the spirit of section 5.2. Ten nodes; map tasks
   start and finish (``TaskStart`` / ``TaskFinish``, delta 0.5 s); Ganglia measures each
   node's CPU load every 15 s (``CPU``, delta 7.5 s); the rest of the job's log
@@ -49,6 +54,26 @@ def synthetic_query(method: str, length: int = 3, window: int = 100,
     conditions.append(f"{strategy}({', '.join(variables)})")
     return (f"PATTERN SEQ({', '.join(f'E {v}' for v in variables)}) WHERE {' AND '.join(conditions)} "
             f"WITHIN {window} USING {method}")
+
+
+DENSE_QUERY = ("PATTERN SEQ(A a, B b, C c) WHERE a.value < 3 AND b.value < 3 AND c.value < 3 "
+               "AND {strategy}(a, b, c) WITHIN 100 USING {method}")
+
+
+def dense_events(count: int, half_widths: tuple[int, int] = (5, 5), spacing: float = 5,
+                 seed: int = 3) -> list[Event]:
+    """``count`` events of the dense workload in arrival order; each event's half-width is
+    drawn from ``half_widths[0] .. half_widths[1]``."""
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.integers(1, max(2, round(2 * spacing)), count))
+    values = rng.integers(0, 10, count)
+    half = rng.integers(half_widths[0], half_widths[1] + 1, count)
+    return [Event("ABC"[k % 3], f"e{k}", Interval(t - h, t + h), {"value": v})
+            for k, (t, v, h) in enumerate(zip(times.tolist(), values.tolist(), half.tolist()))]
+
+
+def dense_streams(half_widths: tuple[int, int] = (5, 5)) -> Streams:
+    return Streams([StreamParams(name, pi=2 * half_widths[1]) for name in "ABC"])
 
 
 def cluster_events(seconds: float, seed: int = 7, nodes: int = 10, tasks_per_second: float = 5.0
@@ -102,6 +127,10 @@ def main() -> None:
         matching = [sum(1 for e in synthetic if e.attrs["value"] % s == 0) for s in SELECTIVITIES[:length]]
         print(f"synthetic l={length}: events matching each component per 1000: {matching}")
     print("query 1:", CLUSTER_QUERY.format(method="sorted"))
+    dense = dense_events(30_000)
+    matching = {name: sum(1 for e in dense if e.stream == name and e.attrs["value"] < 3) * 1000 // len(dense)
+                for name in "ABC"}
+    print(f"dense: {_describe(dense)}; events matching each component per 1000: {matching}")
 
 
 if __name__ == "__main__":
