@@ -145,7 +145,8 @@ class Job:
 
 class _Metrics(StreamingQueryListener):
     """Each micro-batch's progress into ``pn:metrics`` and the log: rows, duration,
-    rates, lag behind the ingest stream (entries and seconds), state size."""
+    rates, lag behind the ingest stream (entries and seconds), state size, and the
+    running totals of matches, rejected and late events."""
 
     def __init__(self, url: str, keys: Keys):
         self.client = redis.Redis.from_url(url)
@@ -170,13 +171,15 @@ class _Metrics(StreamingQueryListener):
             oldest = self.client.xrange(self.keys.ingest, f"({end['id']}", "+", count=1) if end and behind else []
             lag_seconds = max(0.0, time.time() - int(oldest[0][0].split(b"-")[0]) / 1000) if oldest else 0.0
             state = progress.stateOperators[0] if progress.stateOperators else None
+            totals = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.counts).items()}
             metrics = {
                 "batch": progress.batchId, "at": time.time(), "rows": progress.numInputRows,
                 "duration_ms": progress.durationMs.get("triggerExecution", 0),
                 "input_rate": progress.inputRowsPerSecond, "processed_rate": progress.processedRowsPerSecond,
                 "lag_entries": behind, "lag_seconds": round(lag_seconds, 3),
                 "state_rows": state.numRowsTotal if state else 0, "state_bytes": state.memoryUsedBytes if state else 0,
-                "durations": dict(progress.durationMs)}
+                "rejected_total": totals.get("rejected", 0), "late_total": totals.get("late", 0),
+                "matches_total": totals.get("matches", 0), "durations": dict(progress.durationMs)}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
             pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=100_000, approximate=True)

@@ -9,7 +9,8 @@ Per query: its matches (``pn:out:matches:<qid>``: the match JSON, batch id and k
 group), its observations combined over its key groups (``pn:out:obs:<qid>``; groups that
 slept through the batch count with their last state, kept in ``pn:groups:<qid>``), and
 its late events with their reasons in the dead-letter stream ``pn:dead``, beside the
-entries the router rejected. A PUBLISH on ``pn:live`` names what changed.
+entries the router rejected; running totals in ``pn:counts``. A PUBLISH on ``pn:live``
+names what changed.
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ class Sink:
                 pipe.hdel(keys.groups(query), *gone)
         for entry in dead:
             pipe.xadd(keys.dead, entry, maxlen=self.dead_maxlen, approximate=True)
+        for kind in ("rejected", "late"):
+            count = sum(1 for entry in dead if entry["kind"] == kind)
+            if count:
+                pipe.hincrby(keys.counts, kind, count)
+        pipe.hincrby(keys.counts, "matches", sum(map(len, matches.values())))
         for entry in ended:
             pipe.hset(keys.ended, entry, batch_id)
         pipe.hset(keys.batches, self.job, batch_id)

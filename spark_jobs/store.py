@@ -90,6 +90,10 @@ class Keys:
         return f"{self.prefix}:dead"
 
     @property
+    def counts(self) -> str:
+        return f"{self.prefix}:counts"
+
+    @property
     def ended(self) -> str:
         return f"{self.prefix}:ended"
 

@@ -17,7 +17,7 @@ import pytest
 
 from penumbra.engine import build_operator
 from penumbra.events import Event, parse_event, parse_streams
-from penumbra.keyed import step
+from penumbra.keyed import combine, state_part, step
 from penumbra.keygroups import KeyGroup, Routing, key_hash
 from penumbra.operator import BlockResult, is_due, merge_clocks
 from penumbra.query import parse
@@ -261,3 +261,27 @@ def test_merge_and_due():
     assert merge_clocks({"a": 1.0}, {"a": 3.0, "b": -2.0}, {}) == {"a": 3.0, "b": -2.0}
     assert is_due({"a": 2.0}, {"a": 2.5}) and not is_due({"a": 2.0}, {"a": 2.0})
     assert not is_due({}, {"a": 1e9}) and not is_due({"a": 2.0}, {"b": 5.0})
+
+
+def test_combine_adds_counts_concatenates_samples_and_keeps_the_largest_shared_figures():
+    groups = [
+        {"counters": {"events": 3, "matches": 1}, "buffers": {"A": 2, "B": 0}, "watermark": 10.0,
+         "buffer_bounds": [1.0, None], "near_misses": [{"p": 1}], "threshold": 0.6, "method": "sorted"},
+        {"counters": {"events": 4, "late": 2}, "buffers": {"A": 1, "B": 5}, "watermark": 12.0,
+         "buffer_bounds": [3.0, 2.0], "near_misses": [{"p": 2}, {"p": 3}], "threshold": 0.6, "method": "sorted"},
+        {"watermark": None, "buffers": {"A": 1}},
+    ]
+    assert combine(groups, samples=2) == {
+        "counters": {"events": 7, "matches": 1, "late": 2}, "buffers": {"A": 4, "B": 5}, "watermark": 12.0,
+        "buffer_bounds": [3.0, 2.0], "near_misses": [{"p": 1}, {"p": 2}], "threshold": 0.6, "method": "sorted"}
+    assert state_part(groups[0]) == {"buffers": {"A": 2, "B": 0}, "watermark": 10.0, "buffer_bounds": [1.0, None],
+                                     "threshold": 0.6, "method": "sorted"}
+
+
+def test_a_threshold_below_the_join_floor_is_refused_and_reported():
+    streams, events = workload(3, "intervals", n=60, late_share=0.0)
+    query = parse(JOIN.format(d=10.0, p=0.5))
+    result, state = step(query, streams, KeyGroup(0, 1), None, events, {}, threshold=0.01)
+    assert "floor" in result.observations["threshold_refused"]
+    operator = build_operator(query, streams).restore(state.snapshot)
+    assert operator.threshold == 0.5

@@ -1,0 +1,126 @@
+"""Fixtures of the integration tests: one real redis-server and one running Spark job per session.
+
+The job (``python -m spark_jobs``, local[2], small micro-batches so every test spans
+several) is started once and shared; each test registers its own queries over its own
+stream names and removes them when done. Both processes are stopped by their process
+ids when the session ends, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from penumbra.events import Event, event_to_json
+from spark_jobs.oneshot import JobProcess, wait_for_mark
+from spark_jobs.redis_server import RedisServer
+from spark_jobs.store import Keys, Registry, append_events, end_of_input
+
+JOB_SETTINGS = {"trigger_seconds": 0.1, "max_rows_per_batch": 300, "shuffle_partitions": 2, "key_groups": 4,
+                "result_maxlen": 1_000_000}
+START_TIMEOUT = 240.0
+RUN_TIMEOUT = 300.0
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def lines_of(events) -> list:
+    """Events (objects, JSON-ready dicts, or entries as they are: str or bytes) as ingest entries."""
+    return [e if isinstance(e, (str, bytes)) else json.dumps(event_to_json(e) if isinstance(e, Event) else e)
+            for e in events]
+
+
+@dataclass
+class Pipeline:
+    """The shared job, with what the tests do through Redis."""
+
+    home: Path
+    url: str
+    job: JobProcess
+    client: redis.Redis
+    keys: Keys = field(default_factory=Keys)
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.client, self.keys)
+
+    def start(self) -> None:
+        self.job.start()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until the job's heartbeat says its streaming query runs."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            beat = self.client.hgetall(self.keys.heartbeat)
+            if beat.get(b"active") == b"1" and int(beat.get(b"pid", 0)) == self.job.process.pid:
+                return
+            if not self.job.alive:
+                pytest.fail(f"the Spark job stopped while starting: {self.job.tail(20)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the Spark job did not start within {START_TIMEOUT:g} s: {self.job.tail(20)}")
+            time.sleep(0.2)
+
+    def restart(self) -> None:
+        self.job.stop()
+        self.start()
+
+    def query_id(self) -> str:
+        return f"t-{uuid.uuid4().hex[:8]}"
+
+    def end(self, *queries: str, timeout: float = RUN_TIMEOUT) -> None:
+        """Mark the end of these queries' input and wait until the job has flushed them."""
+        mark = end_of_input(self.client, queries, self.keys)
+        wait_for_mark(self.client, mark, self.job, timeout, self.keys)
+
+    def sync(self, timeout: float = RUN_TIMEOUT) -> None:
+        """Wait until the job has processed everything appended so far."""
+        self.end(timeout=timeout)
+
+    def matches(self, query: str) -> list[dict]:
+        return [json.loads(fields[b"m"]) for _, fields in self.client.xrange(self.keys.matches(query))]
+
+    def feed(self, events) -> None:
+        append_events(self.client, lines_of(events), self.keys)
+
+    def run(self, streams: dict, queries: dict[str, str], events, *, remove: bool = True) -> dict[str, list[dict]]:
+        """Register ``streams`` and ``queries`` (id -> text), feed ``events``, end the
+        input, and return each query's matches."""
+        if streams:
+            self.registry.put_streams(streams)
+        for query_id, text in queries.items():
+            self.registry.register(text, query_id=query_id)
+        self.feed(events)
+        self.end(*queries)
+        found = {query_id: self.matches(query_id) for query_id in queries}
+        if remove:
+            for query_id in queries:
+                self.registry.remove(query_id)
+        return found
+
+
+@pytest.fixture(scope="session")
+def pipeline(redis_server, tmp_path_factory):
+    home = tmp_path_factory.mktemp("job")
+    job = JobProcess(home, redis_server.url, **JOB_SETTINGS)
+    client = redis.Redis.from_url(redis_server.url)
+    running = Pipeline(home, redis_server.url, job, client)
+    try:
+        running.start()
+        yield running
+    finally:
+        job.stop()
+        client.close()

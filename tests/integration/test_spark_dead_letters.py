@@ -1,0 +1,103 @@
+"""Bad and late events end in the dead-letter stream with their reasons, are counted in
+the metrics, and lose nothing valid; a flood of them does not stop the job."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.integration.test_spark_equivalence import assert_equal
+from tests.integration.test_spark_live import intervals, local_matches, merged
+
+STREAMS = {"dlA": {"pi": 10.0, "max_delay": 20.0, "templates": {"t1": {"edges": [0, 2, 6], "probs": [0.5, 0.5]}}},
+           "dlB": {"pi": 10.0, "max_delay": 20.0}}
+TEXT = "SELECT * FROM dlA A, dlB B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.3"
+
+#: Bad entries and a word their reason must contain.
+BAD = [
+    (b'{"stream": "dlA", "id": "x1", "ts": {"lo": 1, "hi": 2}', "JSON"),
+    (b'{"stream": "dlA", "id": "x2", "ts": {"lo": NaN, "hi": 2}}', "NaN"),
+    (b'{"stream": "dlA", "id": "x3", "ts": {"lo": 5, "hi": 2}}', "lo"),
+    (b'{"stream": "dlA", "ts": {"lo": 1, "hi": 2}}', "id"),
+    (b'{"stream": "dlA", "id": 17, "ts": {"lo": 1, "hi": 2}}', "id"),
+    (b'{"stream": "dlA", "id": "x6", "ts": {"detected": 9, "template": "nope"}}', "template"),
+    (b'{"stream": "dlA", "id": "x7", "ts": {"edges": [0, 1], "probs": [0.7]}}', "ts"),
+    (b'{"stream": "dlA", "id": "x8", "ts": {"lo": 1, "hi": 2}, "attrs": {"deep": {"a": 1}}}', "attrs.deep"),
+    (b'[1, 2, 3]', "object"),
+    (b'\xff\xfe{"stream": "dlA"}', "UTF-8"),
+    (b'{"stream": "dlA", "id": "x9", "ts": {"lo": 1, "hi": 2}, "attrs": {"s": "' + b"y" * (1 << 20) + b'"}}',
+     "too large"),
+    (b'{"stream": "dlA", "id": "x10", "ts": {"lo": true, "hi": 2}}', "ts.lo"),
+]
+
+
+def dead_entries(pipeline) -> list[dict]:
+    return [{k.decode(): v for k, v in fields.items()} for _, fields in pipeline.client.xrange(pipeline.keys.dead)]
+
+
+def test_bad_and_late_events_are_dead_letters_and_nothing_valid_is_lost(pipeline):
+    query_id = pipeline.query_id()
+    pipeline.registry.put_streams(STREAMS)
+    pipeline.registry.register(TEXT, query_id=query_id)
+    before = len(dead_entries(pipeline))
+    counts_before = {k.decode(): int(v) for k, v in pipeline.client.hgetall(pipeline.keys.counts).items()}
+    valid = merged(intervals("dl", "A", 0.0, 50, seed=21), intervals("dl", "B", 1.0, 50, seed=22))
+    late = intervals("dl", "B", -200.0, 3, seed=23)
+    lines = [json.dumps({"stream": e.stream, "id": e.id, "ts": e.ts.to_json(), "attrs": dict(e.attrs)}).encode()
+             for e in valid]
+    mixed = []
+    for n, line in enumerate(lines):
+        mixed.append(line)
+        if n < len(BAD):
+            mixed.append(BAD[n][0])
+    pipeline.feed(mixed[: len(mixed) // 2])
+    pipeline.sync()
+    pipeline.client.xadd(pipeline.keys.ingest, {"x": b"an entry of no known field"})
+    pipeline.feed(mixed[len(mixed) // 2:])
+    pipeline.sync()
+    pipeline.feed(late)
+    pipeline.end(query_id)
+    assert_equal(pipeline.matches(query_id), local_matches(TEXT, STREAMS, [valid]), TEXT)
+
+    dead = dead_entries(pipeline)[before:]
+    rejected = [d for d in dead if d["kind"] == b"rejected"]
+    assert len(rejected) == len(BAD) + 1
+    raws = [d["raw"] for d in rejected]
+    for raw, word in BAD:
+        entry = rejected[raws.index(raw)]
+        assert word.encode() in entry["reason"], (raw[:60], entry["reason"])
+    assert b"unknown entry field" in rejected[-1]["reason"] or any(b"unknown entry field" in d["reason"]
+                                                                    for d in rejected)
+    lateness = [d for d in dead if d["kind"] == b"late"]
+    assert sorted(d["id"].decode() for d in lateness) == sorted(e.id for e in late)
+    assert all(b"late" in d["reason"] and d["query"] == query_id.encode() for d in lateness)
+
+    counts = {k.decode(): int(v) for k, v in pipeline.client.hgetall(pipeline.keys.counts).items()}
+    assert counts["rejected"] - counts_before.get("rejected", 0) == len(BAD) + 1
+    assert counts["late"] - counts_before.get("late", 0) == len(late)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        _, fields = pipeline.client.xrevrange(pipeline.keys.metrics, count=1)[0]
+        metrics = json.loads(fields[b"metrics"])
+        if metrics["rejected_total"] >= counts["rejected"] and metrics["late_total"] >= counts["late"]:
+            break
+        pipeline.sync()
+    assert metrics["rejected_total"] == counts["rejected"] and metrics["late_total"] == counts["late"]
+    pipeline.registry.remove(query_id)
+
+
+def test_a_flood_of_bad_entries_does_not_stop_the_job(pipeline):
+    before = len(dead_entries(pipeline))
+    small = [raw for raw, _ in BAD if len(raw) < 1000]
+    flood = [small[n % len(small)] for n in range(3000)]
+    pipeline.feed(flood)
+    query_id = pipeline.query_id()
+    pipeline.registry.put_streams(STREAMS)
+    pipeline.registry.register(TEXT, query_id=query_id)
+    valid = merged(intervals("dl", "A", 1000.0, 30, seed=24), intervals("dl", "B", 1001.0, 30, seed=25))
+    pipeline.feed(valid)
+    pipeline.end(query_id)
+    assert pipeline.job.alive
+    assert len(dead_entries(pipeline)) - before == len(flood)
+    assert_equal(pipeline.matches(query_id), local_matches(TEXT, STREAMS, [valid]), TEXT)
+    pipeline.registry.remove(query_id)

@@ -1,0 +1,112 @@
+"""The Spark job's matches equal the local engine's, in every query form.
+
+Generated workloads with disorder within the streams' max delay go through the real
+pipeline (Redis ingest, the Spark job with micro-batches of 300 entries and 4 key
+groups, the Redis result streams); the same events go through one local operator. The
+match sets must be equal, each match once, probabilities equal to 1e-12. The local
+engine is itself checked against brute force in tests/unit (the join also here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from penumbra.engine import build_operator
+from penumbra.query import parse
+from tests.unit.joins.test_join_operator import brute_force, workload
+from tests.unit.test_keyed import pattern_events, store_events
+
+
+def local(text, streams, events, block=1000):
+    operator = build_operator(parse(text), streams)
+    matches = []
+    for start in range(0, len(events), block):
+        matches += [m.to_json() for m in operator.feed(events[start:start + block]).matches]
+    return matches + [m.to_json() for m in operator.flush().matches]
+
+
+def signature(match: dict):
+    return tuple(sorted(match["events"].items())), tuple(match.get("range") or ())
+
+
+def assert_equal(found: list[dict], expected: list[dict], label: str):
+    assert expected, f"{label}: the workload should produce matches"
+    counted = Counter(signature(m) for m in found)
+    assert max(counted.values()) == 1, f"{label}: a match written twice"
+    assert set(counted) == {signature(m) for m in expected}, label
+    probs = {signature(m): m["prob"] for m in expected}
+    for m in found:
+        assert abs(m["prob"] - probs[signature(m)]) <= 1e-12, (label, m)
+
+
+def stream_params(streams) -> dict:
+    return streams.to_json()
+
+
+@pytest.mark.parametrize("kind", ["intervals", "templates", "mixed"])
+def test_keyed_join(pipeline, kind):
+    streams, events = workload(7, kind, n=900, late_share=0.0)
+    texts = {f"{pipeline.query_id()}": f"SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} AND A.region = B.region "
+                                       f"WITH THRESHOLD {p} USING {strategy}"
+             for d, p, strategy in ((10.0, 0.3, "lazy"), (25.0, 0.7, "lazy_lookup"), (6.0, 0.5, "eager"))}
+    found = pipeline.run(stream_params(streams), texts, events)
+    for query_id, text in texts.items():
+        expected = local(text, streams, events)
+        assert_equal(found[query_id], expected, text)
+    # and the first query against the brute-force all-pairs join
+    text = next(iter(texts.values()))
+    pairs, ambiguous, late = brute_force(streams, events, 10.0, lambda position: 0.3, keyed=True)
+    assert not late
+    assert {(m["events"]["A"], m["events"]["B"]) for m in found[next(iter(texts))]} - ambiguous == set(pairs) - ambiguous
+
+
+def test_patterns_every_method_and_strategy(pipeline):
+    streams, events = pattern_events(31, n=600)
+    texts = {}
+    for strategy in ("skip_till_any_match", "skip_till_next_match"):
+        for method in ("sorted", "any_state", "selectivity"):
+            texts[pipeline.query_id()] = (
+                f"PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node AND b.v > 2 "
+                f"AND {strategy}(a, b, c) WITHIN 30 USING {method}")
+    texts[pipeline.query_id()] = "PATTERN SEQ(A a, B b) WHERE a.v < b.v WITHIN 12 WITH CONFIDENCE 0.2 USING sorted"
+    found = pipeline.run(stream_params(streams), texts, events)
+    for query_id, text in texts.items():
+        assert_equal(found[query_id], local(text, streams, events), text)
+
+
+def test_pattern_point_method(pipeline):
+    streams, events = pattern_events(32, n=250)
+    text = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
+            "AND skip_till_next_match(a, b, c) WITHIN 20 USING point")
+    query_id = pipeline.query_id()
+    found = pipeline.run(stream_params(streams), {query_id: text}, events)
+    assert_equal(found[query_id], local(text, streams, events), text)
+
+
+def test_lossy_hashed_and_learning(pipeline):
+    streams, events = store_events(41, visits=700)
+    hashed = ("SEQUENCE(Shelf x, !Counter y, !Sweep w, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+              "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
+    learning = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag WITHIN 90 THRESHOLD 0.3"
+    texts = {pipeline.query_id(): hashed, pipeline.query_id(): learning}
+    found = pipeline.run(stream_params(streams), texts, events)
+    for query_id, text in texts.items():
+        assert_equal(found[query_id], local(text, streams, events), text)
+
+
+def test_results_name_their_batch_and_group(pipeline):
+    streams, events = workload(8, "intervals", n=700, late_share=0.0)
+    query_id = pipeline.query_id()
+    pipeline.run(stream_params(streams), {query_id: "SELECT * FROM S A, T B WHERE WINDOW(A, B) = 10 "
+                                                    "AND A.region = B.region WITH THRESHOLD 0.3"}, events)
+    entries = pipeline.client.xrange(pipeline.keys.matches(query_id))
+    batches = {int(fields[b"b"]) for _, fields in entries}
+    groups = {int(fields[b"g"]) for _, fields in entries}
+    assert len(batches) > 1, "the events should span several micro-batches"
+    assert groups and groups <= {0, 1, 2, 3}
+    observed = [json.loads(fields[b"o"]) for _, fields in pipeline.client.xrange(pipeline.keys.observations(query_id))]
+    assert observed and all({"buffers", "buffer_bounds", "watermark", "counters"} <= set(o) for o in observed)
+    assert sum(o["counters"]["events"] for o in observed) == len(events)

@@ -1,0 +1,69 @@
+"""``penumbra eval --engine spark`` prints the same matches as ``--engine local``, for a
+join, a pattern and a lossy query: each run starts its own redis-server and job, as a
+user would, and leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def processes(names=("redis-server", "java")) -> set[int]:
+    """Process ids of running redis-servers and JVMs."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if os.path.basename(command.decode(errors="replace")) in names:
+                found.add(int(entry))
+    return found
+
+
+def evaluate(example: str, engine: str, *extra: str) -> subprocess.CompletedProcess:
+    folder = EXAMPLES / example
+    return subprocess.run(
+        [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query-file", str(folder / "query.pq"),
+         "--streams", str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), *extra],
+        capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+
+
+def as_set(stdout: str) -> dict:
+    out = {}
+    for line in stdout.splitlines():
+        match = json.loads(line)
+        out[json.dumps(match["events"], sort_keys=True), tuple(match.get("range") or ())] = match["prob"]
+    return out
+
+
+@pytest.mark.parametrize("example", ["seismic", "cluster", "shoplifting"])
+def test_spark_engine_prints_the_local_engines_matches(example):
+    before = processes()
+    spark = evaluate(example, "spark")
+    assert spark.returncode == 0, spark.stderr
+    local = evaluate(example, "local")
+    found, expected = as_set(spark.stdout), as_set(local.stdout)
+    assert expected and set(found) == set(expected)
+    assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
+    assert len(spark.stdout.splitlines()) == len(found), "a match printed twice"
+    assert processes() - before == set(), "the run left a redis-server or a JVM behind"
+
+
+def test_spark_engine_stats():
+    run = evaluate("seismic", "spark", "--stats")
+    assert run.returncode == 0, run.stderr
+    stats = json.loads(run.stdout)
+    assert stats["events"] == 100 and stats["matches"] == len(evaluate("seismic", "local").stdout.splitlines())
+    assert stats["seconds"] > 0 and stats["engine"] == "spark" and "pairs" in stats

@@ -1,0 +1,66 @@
+"""Exactly once: kill -9 of the job in the middle of a stream, restart from the checkpoint.
+
+The job is killed (its whole process group, JVM included) right after a micro-batch
+was committed, while the next one is in flight, at several points of the stream; each
+restart resumes from the checkpoint. The matches must equal the local engine's, none
+lost and none written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from tests.integration.test_spark_equivalence import assert_equal, local
+from tests.unit.joins.test_join_operator import workload
+from tests.unit.test_keyed import pattern_events
+
+pytestmark = pytest.mark.slow
+
+
+def committed(pipeline) -> int:
+    marker = pipeline.client.hget(pipeline.keys.batches, _job_id(pipeline))
+    return int(marker) if marker is not None else -1
+
+
+def _job_id(pipeline) -> str:
+    return json.loads((pipeline.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"]
+
+
+def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
+    streams, joins = workload(51, "templates", n=1500, late_share=0.0)
+    pattern_streams, patterns = pattern_events(52, n=1500)
+    join_text = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = 20 AND A.region = B.region WITH THRESHOLD 0.3"
+    pattern_text = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
+                    "AND skip_till_next_match(a, b, c) WITHIN 30 USING sorted")
+    join_id, pattern_id = pipeline.query_id(), pipeline.query_id()
+    pipeline.registry.put_streams({**streams.to_json(), **pattern_streams.to_json()})
+    pipeline.registry.register(join_text, query_id=join_id)
+    pipeline.registry.register(pattern_text, query_id=pattern_id)
+    # the two workloads interleaved at random, each in its own order (disorder within max_delay)
+    rng = random.Random(53)
+    picks = [0] * len(joins) + [1] * len(patterns)
+    rng.shuffle(picks)
+    cursors = (iter(joins), iter(patterns))
+    ordered = [next(cursors[pick]) for pick in picks]
+    start = committed(pipeline)
+    pipeline.feed(ordered)
+    kills = 0
+    for target in (start + 2, start + 5, start + 8):
+        deadline = time.monotonic() + 120
+        while committed(pipeline) < target:
+            assert time.monotonic() < deadline, "the job stopped making progress"
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.3))
+        pipeline.job.kill()
+        kills += 1
+        pipeline.start()
+    pipeline.end(join_id, pattern_id)
+    assert kills == 3
+    assert_equal(pipeline.matches(join_id), local(join_text, streams, joins), join_text)
+    assert_equal(pipeline.matches(pattern_id), local(pattern_text, pattern_streams, patterns), pattern_text)
+    pipeline.registry.remove(join_id)
+    pipeline.registry.remove(pattern_id)
