@@ -14,7 +14,7 @@ system:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[spark,test,bench]'
+	$(BIN)/pip install -q -e '.[spark,service,test,bench]'
 	touch $(STAMP)
 
 run: setup

@@ -101,6 +101,16 @@ class Keys:
     def heartbeat(self) -> str:
         return f"{self.prefix}:job"
 
+    def alarms(self, query: str) -> str:
+        return f"{self.prefix}:alarms:{query}"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.prefix}:tokens"
+
+    def rate(self, who: str, slot: int) -> str:
+        return f"{self.prefix}:rate:{who}:{slot}"
+
 
 class RegistryError(PenumbraError):
     """A registry change that cannot be made (unknown query, name taken, ...)."""
@@ -203,6 +213,13 @@ class Registry:
             return dict(params)
 
         return self._change(change, who, "streams", ",".join(params))
+
+    def audit(self, who: str, action: str, subject: str, details: Any = None) -> None:
+        """Append a change made outside the registry (an alarm acknowledged, a token
+        revoked) to the audit stream, in the registry's own shape, at the current version."""
+        self.redis.xadd(self.keys.audit, {"at": time.time(), "who": who, "action": action, "subject": subject,
+                                          "details": json.dumps(details), "version": self.version()},
+                        maxlen=100_000, approximate=True)
 
     def _change(self, change, who: str, action: str, subject: str, details: Any = None) -> dict:
         keys = self.keys

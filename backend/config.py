@@ -1,0 +1,32 @@
+"""The service's settings: environment variables with the ``PENUMBRA_`` prefix, each with a local default."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Where the service listens, which Redis it uses and the limits it enforces.
+
+    >>> Settings(port=9000, admin_token="secret").port
+    9000
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the Redis of ingest, registry and results")
+    redis_prefix: str = Field("pn", description="prefix of every Redis key (docs/redis.md)")
+    redis_timeout: float = Field(2.0, gt=0, description="seconds before a Redis call counts as unavailable")
+    host: str = Field("127.0.0.1", description="address the API listens on")
+    port: int = Field(8000, ge=1, le=65535, description="port of the API (and the dashboard)")
+    admin_token: SecretStr | None = Field(
+        None, description="the first admin token; when unset and no admin exists, one is generated and printed once")
+    cors_origins: list[str] = Field(default_factory=list, description="origins allowed by CORS (none: no CORS)")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger answers 413")
+    ingest_max_events: int = Field(10_000, ge=1, description="most events in one POST /api/events")
+    ingest_rate_limit: int = Field(200, ge=1, description="ingest requests per token per rate window; more answers 429")
+    ingest_rate_window: int = Field(1, ge=1, description="length of the ingest rate window, seconds")
+    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")

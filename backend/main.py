@@ -1,0 +1,88 @@
+"""The app factory: ``create_app(settings)`` builds the Penumbra API.
+
+Routers live in ``backend/routes/`` (one per resource) and are mounted under ``/api``;
+a websocket router is added the same way. OpenAPI is at ``/openapi.json``, its pages at
+``/docs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+
+from .config import Settings
+from .deps import Service
+from .errors import install_error_handlers
+from .limits import BodySizeLimit
+from .models import EventIn
+from .routes import alarms, events, health, queries, results, streams, tokens
+
+__all__ = ["ROUTERS", "create_app"]
+
+log = logging.getLogger("penumbra.api")
+
+ROUTERS = (health.router, queries.router, events.router, streams.router, results.router, alarms.router,
+           tokens.router)
+
+DESCRIPTION = """Live monitoring of events with uncertain timestamps.
+
+Authenticate with `Authorization: Bearer <token>`. Roles: **viewer** reads queries,
+results, alarms and metrics; **analyst** also registers and changes queries, posts events
+and acts on alarms; **admin** also sets stream parameters and manages tokens.
+`GET /api/health` needs no token. Every error is `{"error": {"message": ..., ...}}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    service = Service.connect(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            await run_in_threadpool(service.bootstrap)
+        except redis.RedisError as error:
+            log.warning("Redis not reachable at start (%s); the admin token is set up once it is", error)
+        yield
+        service.redis.close()
+
+    app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.service = service
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router, prefix="/api")
+
+    @app.middleware("http")
+    async def access_log(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        log.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
+                 (time.perf_counter() - started) * 1000)
+        return response
+
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components["EventIn"] = EventIn.model_json_schema(ref_template="#/components/schemas/{model}")
+            body = schema["paths"]["/api/events"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            body["oneOf"][1]["maxItems"] = settings.ingest_max_events
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+    return app

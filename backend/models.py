@@ -1,0 +1,321 @@
+"""The bodies the service reads and writes, one section per resource.
+
+Every request body forbids unknown fields, NaN and infinities, and takes numbers as
+JSON numbers only (``true`` is not 1). The core validates again what only it knows
+(a query's meaning, a histogram's shape) and names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Probability = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")]
+QueryId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
+Cursor = Annotated[str, Field(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$", description="a result stream entry id",
+                              examples=["1718000000000-0"])]
+
+
+class Body(BaseModel):
+    """A request body: unknown fields, NaN and infinities are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(description="what is wrong, in words")
+    field: str | None = Field(None, description="dotted path of the offending value")
+    line: int | None = Field(None, description="1-based line of a query error")
+    column: int | None = Field(None, description="1-based column of a query error")
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorOut(BaseModel):
+    """Every error the service answers."""
+
+    error: ErrorDetail
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"error": {"message": "unexpected 'WHERE'; expected ','", "line": 2, "column": 5}}]})
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+JOIN_EXAMPLE = "SELECT * FROM SEISMIC A, ACOUSTIC B WHERE WINDOW(A, B) = 2000 WITH THRESHOLD 0.6"
+
+
+class QueryIn(Body):
+    """A query to register: its text in the Penumbra query language (docs: joins, patterns, lossy)."""
+
+    text: str = Field(min_length=1, max_length=20_000, description="the query", examples=[JOIN_EXAMPLE])
+    id: QueryId | None = Field(None, description="its id (default: generated)", examples=["quakes"])
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="a name for people (default: the id)")
+    threshold: Probability | None = Field(None, description="overrides the threshold written in the query")
+    paused: Annotated[bool, Field(strict=True)] = Field(False, description="registered but fed no events")
+
+
+class QueryPatch(Body):
+    """What to change of a query; every field is optional, at least one is needed."""
+
+    threshold: Probability | None = Field(None, description="the new threshold (a join's: at least its floor)",
+                                          examples=[0.7])
+    name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    paused: Annotated[bool, Field(strict=True)] | None = None
+
+
+class QueryOut(BaseModel):
+    id: str
+    text: str
+    kind: Literal["join", "pattern", "sequence"] = Field(description="the query's form")
+    name: str
+    threshold: float | None = Field(description="the threshold (or confidence) it matches at")
+    paused: bool
+    streams: dict[str, Any] = Field(description="parameters of the streams it reads, as when it was registered")
+    version: int = Field(description="registry version of its last change")
+    created: float = Field(description="seconds since the epoch")
+    updated: float | None = Field(None, description="seconds since the epoch")
+
+
+class QueryList(BaseModel):
+    version: int = Field(description="the registry version")
+    items: list[QueryOut]
+
+
+# --- events ----------------------------------------------------------------------------------
+
+class EventIn(BaseModel):
+    """One event (DESIGN.md, "Events"). ``ts`` is ``{"lo", "hi"[, "pmf"]}``,
+    ``{"edges", "probs"}`` or ``{"detected", "template"}``."""
+
+    stream: str = Field(examples=["seismic"])
+    id: str = Field(examples=["s-17"])
+    ts: dict[str, Any] = Field(examples=[{"lo": 100.0, "hi": 120.0}])
+    attrs: dict[str, Any] = Field(default_factory=dict, examples=[{"region": "north", "value": 97.5}])
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"stream": "seismic", "id": "s-17", "ts": {"lo": 100.0, "hi": 120.0}, "attrs": {"region": "north"}}]})
+
+
+class Rejection(BaseModel):
+    index: int = Field(description="position of the event in the request (0 for a single event)")
+    field: str | None = Field(description="the offending field, when one is to blame")
+    reason: str
+
+
+class IngestOut(BaseModel):
+    """What became of the posted events: the valid ones are in the ingest stream, in
+    order; each rejected one is also in the dead-letter stream."""
+
+    accepted: int
+    rejected: int
+    first_id: str | None = Field(description="ingest stream id of the first accepted event")
+    last_id: str | None = Field(description="ingest stream id of the last accepted event")
+    errors: list[Rejection]
+
+
+# --- streams ---------------------------------------------------------------------------------
+
+class Template(Body):
+    edges: list[Number] = Field(min_length=2, description="strictly increasing bucket edges",
+                                examples=[[0, 20, 30, 40]])
+    probs: list[Number] = Field(min_length=1, description="bucket probabilities summing to 1",
+                                examples=[[0.1, 0.3, 0.6]])
+
+
+class HistogramGap(Body):
+    width: Number
+    weights: list[Number] = Field(min_length=1)
+
+
+class Gap(Body):
+    """One density of the gap between a stream's events (lossy CEP): exactly one field."""
+
+    uniform: Annotated[list[Number], Field(min_length=2, max_length=2)] | None = None
+    exponential: Number | None = None
+    histogram: HistogramGap | None = None
+
+
+class StreamIn(Body):
+    """A stream's parameters (DESIGN.md, "Stream parameters")."""
+
+    templates: dict[Name, Template] = Field(default_factory=dict, description="template histograms by name")
+    max_delay: Annotated[Number, Field(ge=0)] = Field(0.0, description="D: the longest transmission delay")
+    pi: Annotated[Number, Field(ge=0)] | None = Field(None, description="longest timestamp (no templates)")
+    rho: Annotated[Number, Field(ge=0)] | None = Field(None, description="shortest timestamp (no templates)")
+    miss_prob: Annotated[Number, Field(ge=0, lt=1)] = Field(0.0, description="epsilon: probability of a missed event")
+    gap: Gap | None = Field(None, description="gap density for lossy CEP")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]}}, "max_delay": 500}]})
+
+
+class StreamOut(BaseModel):
+    name: str
+    params: dict[str, Any] = Field(description="the stored parameters")
+
+
+class StreamList(BaseModel):
+    items: list[StreamOut]
+
+
+# --- results ---------------------------------------------------------------------------------
+
+class MatchOut(BaseModel):
+    id: str = Field(description="the match's cursor (result stream id)")
+    events: dict[str, Any] = Field(description="event id per variable (a lossy match may leave one out)")
+    prob: float = Field(description="join probability, pattern confidence or lossy probability")
+    range: list[float] | None = Field(None, description="a pattern match's time range")
+    batch: int | None = Field(None, description="the micro-batch that found it")
+    at: float = Field(description="when it was written, seconds since the epoch")
+
+
+class MatchPage(BaseModel):
+    """Matches newest first; ``next`` is the ``before`` of the following (older) page."""
+
+    items: list[MatchOut]
+    next: str | None
+
+
+class ObservationOut(BaseModel):
+    """What the job observed of a query in one micro-batch, combined over its key groups."""
+
+    id: str
+    batch: int | None
+    at: float
+    observations: dict[str, Any] = Field(description="buffers, bounds, watermark, counters, near misses, "
+                                                     "partitions (joins); runs and queues (patterns, lossy)")
+
+
+class ObservationList(BaseModel):
+    items: list[ObservationOut]
+
+
+class Projection(BaseModel):
+    """One part of a query's latest observations (None before the job's first batch for it)."""
+
+    id: str | None
+    batch: int | None
+    at: float | None
+    value: Any = Field(description="the part")
+
+
+class CurveIn(Body):
+    event: dict[str, Any] = Field(description="an event of one of the join's streams",
+                                  examples=[{"stream": "SEISMIC", "id": "s-1", "ts": {"lo": 100, "hi": 120}}])
+    points: Annotated[int, Field(strict=True, ge=2, le=2000)] = Field(200, description="points on the curve")
+
+
+class CurveOut(BaseModel):
+    """P(|X_event - X_partner| <= d) as the partner's max time x moves, one curve per
+    partner template (or interval length), with the threshold and probing ranges."""
+
+    x: list[float]
+    curves: dict[str, list[float]]
+    threshold: float
+    floor: float
+    lpr: list[float | None] = Field(description="left probing range [from, to] of the partner's max time; "
+                                                "null: unbounded")
+    sr: list[float | None]
+    rpr: list[float | None]
+
+
+class WhatIfPoint(BaseModel):
+    threshold: float
+    matches: float = Field(description="candidates at or above this threshold (an estimate when sampled)")
+
+
+class WhatIfOut(BaseModel):
+    """How many of the recent window's candidates would match at each threshold."""
+
+    query: str
+    threshold: float | None = Field(description="the threshold now")
+    floor: float = Field(description="the lowest threshold the query keeps candidates for")
+    batches: int = Field(description="micro-batches in the window")
+    matches: int = Field(description="matches found in the window")
+    near_misses: int = Field(description="candidates between the floor and the threshold in the window")
+    near_miss_samples: int = Field(description="near misses whose probability the job recorded")
+    exact: bool = Field(description="false when near misses were only sampled (counts below the "
+                                    "threshold are then scaled from the samples)")
+    points: list[WhatIfPoint]
+
+
+# --- alarms ----------------------------------------------------------------------------------
+
+AlarmState = Literal["new", "acknowledged", "silenced", "resolved"]
+
+
+class AlarmOut(BaseModel):
+    """A query's alarm: its matches since it was last resolved."""
+
+    query: str
+    name: str
+    state: AlarmState
+    matches: int = Field(description="matches since the alarm opened (counted up to 10,000)")
+    first: str | None = Field(description="cursor of the alarm's first match")
+    last: str | None = Field(description="cursor of the query's latest match")
+    last_prob: float | None
+    silenced_until: float | None = None
+    updated_by: str | None = None
+    updated_at: float | None = None
+
+
+class AlarmList(BaseModel):
+    items: list[AlarmOut]
+
+
+class SilenceIn(Body):
+    until: Annotated[float, Field(strict=True, allow_inf_nan=False)] = Field(
+        description="seconds since the epoch; must be in the future", examples=[1893456000.0])
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+RoleName = Literal["viewer", "analyst", "admin"]
+
+
+class TokenIn(Body):
+    role: RoleName
+    label: Annotated[str, Field(min_length=1, max_length=100)] = Field(examples=["ops-dashboard"])
+
+
+class TokenOut(BaseModel):
+    id: str
+    role: RoleName
+    label: str
+    created: float
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the bearer token: shown only now, store it")
+
+
+class TokenList(BaseModel):
+    items: list[TokenOut]
+
+
+# --- health ----------------------------------------------------------------------------------
+
+class JobHealth(BaseModel):
+    alive: bool = Field(description="a heartbeat younger than 10 s")
+    heartbeat_age: float | None = Field(description="seconds since the job's last heartbeat")
+    active: bool | None = Field(description="the streaming query runs")
+    last_batch: int | None
+    last_batch_age: float | None = Field(description="seconds since the last micro-batch")
+    master: str | None
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded", "down"] = Field(
+        description="ok: Redis and the job; degraded: Redis only; down: no Redis")
+    redis: bool
+    redis_ms: float | None = Field(description="round trip to Redis, milliseconds")
+    job: JobHealth | None
+    lag_entries: int | None = Field(description="ingest entries not yet processed (last progress report)")
+    lag_seconds: float | None
+    ingest_length: int | None = Field(description="entries in the ingest stream")
+
+
+class MetricsOut(BaseModel):
+    counts: dict[str, int] = Field(description="running totals: matches, rejected, late")
+    items: list[dict[str, Any]] = Field(description="the job's latest progress reports, newest first")

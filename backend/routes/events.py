@@ -1,0 +1,90 @@
+"""Events: one event or a list, validated by the core, appended to the ingest stream.
+
+The valid events of a request go to ``pn:in`` in request order and each rejected one to
+the dead-letter stream ``pn:dead`` (the job's shape: ``kind`` = ``rejected``,
+``entry``, ``reason``, ``raw``, ``at``; plus ``source`` = ``api``, ``who`` and
+``index``), all in one MULTI/EXEC: either the whole request is kept or nothing is
+(and the answer is 503).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from penumbra.errors import ValidationError
+from penumbra.events import loads, parse_events
+
+from ..deps import AnalystDep, Service, ServiceDep
+from ..errors import ApiError
+from ..models import IngestOut
+from ..security import Principal
+from . import errors
+
+router = APIRouter(prefix="/events", tags=["events"])
+
+_EVENT = {"$ref": "#/components/schemas/EventIn"}
+#: The request body as OpenAPI shows it (``create_app`` adds ``EventIn`` to the
+#: components and the deployment's ``maxItems``).
+EVENTS_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "oneOf": [_EVENT, {"type": "array", "items": _EVENT}]}}}}}
+
+
+def decode_body(body: bytes):
+    """The request's JSON (strict: NaN and Infinity are errors), or 400 naming the problem."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            return loads(body)
+        except ValidationError as error:
+            raise ApiError(400, str(error), field="body") from None
+
+
+def ingest(service: Service, who: Principal, body: bytes) -> dict:
+    limit = service.settings.ingest_max_events
+    decoded = decode_body(body)
+    single = isinstance(decoded, dict)
+    items = [decoded] if single else decoded
+    if not isinstance(items, list):
+        raise ApiError(422, "the body must be an event object or a list of events", field="body")
+    if len(items) > limit:
+        raise ApiError(413, f"too many events: {len(items)}, at most {limit} per request", field="body",
+                       limit=limit)
+    events, rejected = parse_events(items, service.streams())
+    bad = {index for index, _ in rejected}
+    keys, now = service.keys, time.time()
+    pipe = service.redis.pipeline(transaction=True)
+    for index, item in enumerate(items):
+        if index not in bad:
+            pipe.xadd(keys.ingest, {"e": orjson.dumps(item)})
+    for index, error in rejected:
+        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), "raw": orjson.dumps(items[index]),
+                              "at": now, "source": "api", "who": who.label, "index": index},
+                  maxlen=service.settings.dead_maxlen, approximate=True)
+    if rejected:
+        pipe.hincrby(keys.counts, "rejected", len(rejected))
+    ids = pipe.execute()[:len(events)] if items else []
+    errors_out = [{"index": index, "field": error.field or None, "reason": str(error)} for index, error in rejected]
+    if single and rejected:
+        error = rejected[0][1]
+        raise ApiError(422, str(error), field=error.field or None, index=0, dead_letter=True)
+    return {"accepted": len(events), "rejected": len(rejected),
+            "first_id": ids[0].decode() if ids else None, "last_id": ids[-1].decode() if ids else None,
+            "errors": errors_out}
+
+
+@router.post("", status_code=202, response_model=IngestOut, responses=errors(401, 403, 429),
+             openapi_extra=EVENTS_BODY, summary="Post one event or a list of events")
+async def post_events(request: Request, who: AnalystDep, service: ServiceDep) -> dict:
+    """One event object or a list of them (DESIGN.md's event shape), at most
+    PENUMBRA_INGEST_MAX_EVENTS (the schema's ``maxItems``). Valid events are appended to
+    the ingest stream in order; each invalid one is answered with its index and reason
+    and kept in the dead-letter stream. A list answers 202 with the counts; a single
+    invalid event answers 422 naming the field. Per-token rate limit: 429 with Retry-After."""
+    await run_in_threadpool(service.ingest_limiter.hit, who.id)
+    body = await request.body()
+    return await run_in_threadpool(ingest, service, who, body)

@@ -1,0 +1,195 @@
+"""A query's results: matches (cursor pages, newest first), the job's observations
+(partitions, buffers, near misses, counters), the probability curve of an event, a
+what-if over thresholds; and the job's metrics.
+
+Everything here reads what the job wrote (docs/redis.md); the curve alone is computed
+here, by the core's ``JoinOperator.probability_curve``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Query
+
+from penumbra.engine import build_operator
+from penumbra.errors import ValidationError
+from penumbra.events import parse_event, parse_streams
+from penumbra.query import parse
+
+from ..deps import QueryDep, ServiceDep, ViewerDep
+from ..errors import ApiError
+from ..models import (Cursor, CurveIn, CurveOut, MatchPage, MetricsOut, ObservationList, Projection,
+                      WhatIfOut)
+from . import errors
+
+router = APIRouter(tags=["results"])
+
+#: Matches read at most for one what-if (the result streams keep 100,000 by default).
+WHAT_IF_MAX_MATCHES = 200_000
+_READ_CHUNK = 2000
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every infinite or NaN float as None (JSON has no infinity; the job's
+    observations hold -inf for "no bound yet")."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def _at(entry_id: bytes) -> float:
+    return int(entry_id.split(b"-", 1)[0]) / 1000.0
+
+
+def _batch(fields: dict) -> int | None:
+    raw = fields.get(b"b")
+    return int(raw) if raw is not None else None
+
+
+def _match(entry_id: bytes, fields: dict) -> dict:
+    match = json.loads(fields[b"m"])
+    return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
+            "range": match.get("range"), "batch": _batch(fields), "at": _at(entry_id)}
+
+
+def _observation(entry_id: bytes, fields: dict) -> dict:
+    return {"id": entry_id.decode(), "batch": _batch(fields), "at": _at(entry_id),
+            "observations": finite(json.loads(fields[b"o"]))}
+
+
+@router.get("/queries/{query_id}/matches", response_model=MatchPage, responses=errors(401, 403, 404),
+            summary="A query's matches, newest first")
+def list_matches(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
+                 limit: Annotated[int, Query(ge=1, le=1000, description="matches per page")] = 100,
+                 before: Annotated[Cursor | None, Query(description="only older than this cursor (paging)")] = None,
+                 since: Annotated[Cursor | None, Query(description="only newer than this cursor (polling)")] = None
+                 ) -> dict:
+    """Pages go back in time: pass the answer's ``next`` as ``before``. To poll for what
+    is new, pass the newest cursor seen as ``since``."""
+    top = f"({before}" if before else "+"
+    bottom = f"({since}" if since else "-"
+    found = service.redis.xrevrange(service.keys.matches(query_id), top, bottom, count=limit + 1)
+    items = [_match(i, f) for i, f in found[:limit]]
+    return {"items": items, "next": items[-1]["id"] if len(found) > limit else None}
+
+
+@router.get("/queries/{query_id}/observations", response_model=ObservationList,
+            responses=errors(401, 403, 404), summary="A query's latest observations")
+def list_observations(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
+                      limit: Annotated[int, Query(ge=1, le=100, description="micro-batches")] = 1) -> dict:
+    """One record per micro-batch in which the query ran, newest first (infinite bounds as null)."""
+    found = service.redis.xrevrange(service.keys.observations(query_id), count=limit)
+    return {"items": [_observation(i, f) for i, f in found]}
+
+
+def _projection(service, query_id: str, parts: tuple[str, ...]) -> dict:
+    found = service.redis.xrevrange(service.keys.observations(query_id), count=1)
+    if not found:
+        return {"id": None, "batch": None, "at": None, "value": None}
+    latest = _observation(*found[0])
+    observed = latest.pop("observations")
+    return {**latest, "value": {part: observed.get(part) for part in parts}}
+
+
+@router.get("/queries/{query_id}/partitions", response_model=Projection, responses=errors(401, 403, 404),
+            summary="Probing-range partitions (LPR / SR / RPR) of recent events")
+def get_partitions(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
+    return _projection(service, query_id, ("partitions", "watermark", "threshold", "floor"))
+
+
+@router.get("/queries/{query_id}/buffers", response_model=Projection, responses=errors(401, 403, 404),
+            summary="Buffer sizes and their bounds")
+def get_buffers(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
+    return _projection(service, query_id, ("buffers", "buffer_bounds", "watermark", "groups", "snapshot_bytes"))
+
+
+@router.get("/queries/{query_id}/near-misses", response_model=Projection, responses=errors(401, 403, 404),
+            summary="Candidates just below the threshold")
+def get_near_misses(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
+    return _projection(service, query_id, ("near_misses", "threshold", "floor"))
+
+
+@router.post("/queries/{query_id}/curve", response_model=CurveOut, responses=errors(401, 403, 404),
+             summary="Probability curve of an event against a join's partner stream")
+def probability_curve(who: ViewerDep, query_id: str, body: CurveIn, entry: QueryDep) -> dict:
+    """P(|X_event - X_partner| <= d) as the partner's max time moves (the PTJoin paper's
+    Figure 3), with the threshold and the probing ranges (null: unbounded)."""
+    if entry["kind"] != "join":
+        raise ApiError(422, f"a probability curve needs a join query; {query_id!r} is a {entry['kind']}",
+                       field="query_id")
+    streams = parse_streams(entry["streams"])
+    operator = build_operator(parse(entry["text"]), streams)
+    if entry.get("threshold") is not None:
+        operator.set_threshold(entry["threshold"])
+    try:
+        curve = operator.probability_curve(parse_event(body.event, streams), points=body.points)
+    except ValidationError as error:
+        raise ApiError(422, str(error.within("event")), field=error.within("event").field) from None
+    return finite(curve)
+
+
+def _window_matches(service, query_id: str, first_batch: int) -> list[float]:
+    """Probabilities of the matches written in micro-batches from ``first_batch`` on."""
+    probs: list[float] = []
+    top = "+"
+    while len(probs) < WHAT_IF_MAX_MATCHES:
+        found = service.redis.xrevrange(service.keys.matches(query_id), top, "-", count=_READ_CHUNK)
+        for entry_id, fields in found:
+            batch = _batch(fields)
+            if batch is not None and batch < first_batch:
+                return probs
+            probs.append(json.loads(fields[b"m"])["prob"])
+        if len(found) < _READ_CHUNK:
+            return probs
+        top = f"({found[-1][0].decode()}"
+    return probs
+
+
+@router.get("/queries/{query_id}/what-if", response_model=WhatIfOut, responses=errors(401, 403, 404),
+            summary="Matches at each threshold over the recent window")
+def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
+            batches: Annotated[int, Query(ge=1, le=1000, description="micro-batches in the window")] = 50,
+            steps: Annotated[int, Query(ge=2, le=200, description="thresholds from the floor to 1")] = 21) -> dict:
+    """Counts, at thresholds from the floor to 1, the window's candidates that would
+    match: its matches (each with its probability) plus its near misses (candidates
+    between the floor and the threshold). The job counts every near miss but records
+    the probability of only a sample of them (20 per group and batch); below the current
+    threshold the near misses are then scaled from the sample (``exact`` false). Pattern
+    and lossy queries record no candidates below their threshold: their floor is it."""
+    observed = service.redis.xrevrange(service.keys.observations(query_id), count=batches)
+    records = [(_batch(f), json.loads(f[b"o"])) for _, f in observed]
+    threshold = entry.get("threshold")
+    floors = [o["floor"] for _, o in records if isinstance(o.get("floor"), (int, float))]
+    floor = floors[0] if floors else (threshold if entry["kind"] != "join" else None)
+    if floor is None:
+        floor = float(getattr(build_operator(parse(entry["text"]), parse_streams(entry["streams"])), "floor", 0.0))
+    floor = float(floor or 0.0)
+    batch_ids = [b for b, _ in records if b is not None]
+    match_probs = np.array(_window_matches(service, query_id, min(batch_ids)) if batch_ids else [])
+    near_total = sum(int(o.get("counters", {}).get("near_misses", 0)) for _, o in records)
+    samples = np.array([m["prob"] for _, o in records for m in o.get("near_misses", [])
+                        if isinstance(m, dict) and isinstance(m.get("prob"), (int, float))])
+    scale = near_total / len(samples) if len(samples) else 0.0
+    points = []
+    for t in np.linspace(floor, 1.0, steps):
+        near = float((samples >= t).sum()) * scale if len(samples) else 0.0
+        points.append({"threshold": float(t), "matches": float((match_probs >= t).sum()) + near})
+    return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(records),
+            "matches": int(len(match_probs)), "near_misses": near_total, "near_miss_samples": int(len(samples)),
+            "exact": near_total == len(samples), "points": points}
+
+
+@router.get("/metrics", response_model=MetricsOut, responses=errors(401, 403), summary="The job's metrics")
+def metrics(who: ViewerDep, service: ServiceDep,
+            limit: Annotated[int, Query(ge=1, le=500, description="progress reports")] = 20) -> dict:
+    counts = {k.decode(): int(v) for k, v in service.redis.hgetall(service.keys.counts).items()}
+    found = service.redis.xrevrange(service.keys.metrics, count=limit)
+    return {"counts": counts, "items": [finite(json.loads(f[b"metrics"])) for _, f in found]}

@@ -1,0 +1,97 @@
+"""Fixtures of the service tests: one real redis-server (AOF on) per session and the app
+over it through TestClient, with a token of each role.
+
+Each test uses its own query ids and stream names, so tests share the server. The
+server is stopped by its process id when the session ends, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from backend import Settings, create_app
+from spark_jobs.redis_server import RedisServer
+from spark_jobs.store import Keys
+
+ADMIN_TOKEN = "pn_test-admin-" + "x" * 32
+ROLES = ("viewer", "analyst", "admin")
+JOIN = "SELECT * FROM {a} A, {b} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(folder=tmp_path_factory.mktemp("redis"), append_only=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(redis_server) -> Settings:
+    return Settings(redis_url=redis_server.url, admin_token=ADMIN_TOKEN, redis_timeout=1.0,
+                    ingest_max_events=500, max_body_bytes=256 * 1024, ingest_rate_limit=10_000)
+
+
+@pytest.fixture(scope="session")
+def app(settings):
+    return create_app(settings)
+
+
+@pytest.fixture(scope="session")
+def client(app):
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="session")
+def store(redis_server) -> redis.Redis:
+    """A plain Redis client on the same server, to check what the service wrote."""
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def keys() -> Keys:
+    return Keys()
+
+
+@pytest.fixture(scope="session")
+def tokens(client) -> dict[str, str]:
+    """A token per role, created through the API by the bootstrap admin."""
+    out = {"admin": ADMIN_TOKEN}
+    for role in ("viewer", "analyst"):
+        answer = client.post("/api/tokens", json={"role": role, "label": f"test-{role}"}, headers=bearer(ADMIN_TOKEN))
+        assert answer.status_code == 201, answer.text
+        out[role] = answer.json()["token"]
+    return out
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="session")
+def as_role(tokens):
+    """``as_role("analyst")``: the headers of a token of that role."""
+    return lambda role: bearer(tokens[role])
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def join_query(client, as_role):
+    """A registered join over two fresh streams: (id, stream A, stream B)."""
+    a, b = unique("SA"), unique("SB")
+    query_id = unique("q-")
+    answer = client.post("/api/queries", json={"text": JOIN.format(a=a, b=b), "id": query_id},
+                         headers=as_role("analyst"))
+    assert answer.status_code == 201, answer.text
+    return query_id, a, b

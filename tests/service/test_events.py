@@ -1,0 +1,139 @@
+"""Events: valid ones reach the ingest stream in order, invalid ones are answered and dead-lettered."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from backend import create_app
+from penumbra.errors import ValidationError
+from penumbra.events import parse_event, parse_streams
+
+from .conftest import unique
+
+
+def event(stream, n, lo=0.0, hi=1.0, **attrs):
+    return {"stream": stream, "id": f"e-{n}", "ts": {"lo": lo, "hi": hi}, "attrs": attrs}
+
+
+def ingested_after(store, keys, entry_id: str | None) -> list[dict]:
+    start = f"({entry_id}" if entry_id else "-"
+    return [json.loads(fields[b"e"]) for _, fields in store.xrange(keys.ingest, start, "+")]
+
+
+def last_id(store, key) -> str:
+    found = store.xrevrange(key, count=1)
+    return found[0][0].decode() if found else "0-0"
+
+
+def test_partial_batch_keeps_every_valid_event_in_order(client, as_role, store, keys):
+    stream = unique("S")
+    batch = [
+        event(stream, 0),
+        {"stream": stream, "id": "bad-lo", "ts": {"lo": 5, "hi": 1}},
+        event(stream, 1, 2, 3, region="north"),
+        {"stream": stream, "id": "e-0", "ts": {"lo": 1, "hi": 2}},          # duplicate id in the batch
+        "not an object",
+        event(stream, 2, 3, 4),
+        {"stream": stream, "id": "t", "ts": {"detected": 5, "template": "nope"}},
+        {"stream": stream, "ts": {"lo": 1, "hi": 2}},
+        {"stream": stream, "id": "h", "ts": {"edges": [0, 1, 2], "probs": [0.5, 0.6]}},
+        event(stream, 3, 10, 20, value=1.5),
+    ]
+    ingest_mark, dead_mark = last_id(store, keys.ingest), last_id(store, keys.dead)
+    rejected_before = int(store.hget(keys.counts, "rejected") or 0)
+    answer = client.post("/api/events", json=batch, headers=as_role("analyst"))
+    assert answer.status_code == 202, answer.text
+    out = answer.json()
+    # what the core says of each event on its own (the duplicate is the block's rule)
+    expected_bad = set()
+    for index, item in enumerate(batch):
+        try:
+            parse_event(item)
+        except ValidationError:
+            expected_bad.add(index)
+    expected_bad.add(3)
+    assert [e["index"] for e in out["errors"]] == sorted(expected_bad)
+    assert out["accepted"] == len(batch) - len(expected_bad) and out["rejected"] == len(expected_bad)
+    stored = ingested_after(store, keys, ingest_mark)
+    assert stored == [item for index, item in enumerate(batch) if index not in expected_bad]
+    assert out["first_id"] == store.xrange(keys.ingest, f"({ingest_mark}", "+", count=1)[0][0].decode()
+    dead = [{k.decode(): v.decode() for k, v in f.items()} for _, f in store.xrange(keys.dead, f"({dead_mark}", "+")]
+    assert [int(d["index"]) for d in dead] == sorted(expected_bad)
+    assert all(d["kind"] == "rejected" and d["who"] == "test-analyst" and d["reason"] for d in dead)
+    assert [json.loads(d["raw"]) for d in dead] == [batch[i] for i in sorted(expected_bad)]
+    assert {e["index"]: e["reason"] for e in out["errors"]} == {int(d["index"]): d["reason"] for d in dead}
+    assert int(store.hget(keys.counts, "rejected")) == rejected_before + len(expected_bad)
+
+
+def test_template_events_resolve_against_registered_streams(client, as_role, store, keys):
+    stream = unique("T")
+    params = {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]}}, "max_delay": 5}
+    assert client.put(f"/api/streams/{stream}", json=params, headers=as_role("admin")).status_code == 200
+    good = {"stream": stream, "id": "a", "ts": {"detected": 60, "template": "s1"}}
+    bad = {"stream": stream, "id": "b", "ts": {"detected": 60, "template": "s2"}}
+    parse_event(good, parse_streams({stream: params}))
+    answer = client.post("/api/events", json=[good, bad], headers=as_role("analyst")).json()
+    assert answer["accepted"] == 1 and answer["errors"][0]["field"] == "ts.template"
+
+
+def test_single_event(client, as_role, store, keys):
+    stream = unique("S")
+    mark = last_id(store, keys.ingest)
+    answer = client.post("/api/events", json=event(stream, 7), headers=as_role("analyst"))
+    assert answer.status_code == 202 and answer.json()["accepted"] == 1
+    assert ingested_after(store, keys, mark) == [event(stream, 7)]
+
+
+def test_single_invalid_event_is_422_and_dead_lettered(client, as_role, store, keys):
+    dead_mark = last_id(store, keys.dead)
+    bad = {"stream": unique("S"), "id": "x", "ts": {"lo": 1, "hi": 0}}
+    answer = client.post("/api/events", json=bad, headers=as_role("analyst"))
+    assert answer.status_code == 422
+    assert answer.json()["error"]["field"].startswith("ts")
+    (dead,) = store.xrange(keys.dead, f"({dead_mark}", "+")
+    assert json.loads(dead[1][b"raw"]) == bad
+
+
+@pytest.mark.parametrize("body, status", [
+    (b'[{"stream": "A", "id": "a", "ts": {"lo": 1, "hi": 2}}', 400),     # cut short
+    (b'{"stream": "A", "id": "a", "ts": {"lo": NaN, "hi": 2}}', 400),
+    (b'{"stream": "A", "id": "\xff\xfe", "ts": {"lo": 1, "hi": 2}}', 400),
+    (b'"just a string"', 422),
+    (b'42', 422),
+    (b'', 400),
+])
+def test_unreadable_bodies(client, as_role, store, keys, body, status):
+    mark = last_id(store, keys.ingest)
+    answer = client.post("/api/events", content=body, headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    assert answer.json()["error"]["message"]
+    assert last_id(store, keys.ingest) == mark
+
+
+def test_too_many_events(client, as_role, settings, store, keys):
+    mark = last_id(store, keys.ingest)
+    batch = [event("S", n) for n in range(settings.ingest_max_events + 1)]
+    answer = client.post("/api/events", json=batch, headers=as_role("analyst"))
+    assert answer.status_code == 413 and answer.json()["error"]["limit"] == settings.ingest_max_events
+    assert last_id(store, keys.ingest) == mark
+    answer = client.post("/api/events", json=batch[:-1], headers=as_role("analyst"))
+    assert answer.status_code == 202 and answer.json()["accepted"] == settings.ingest_max_events
+
+
+def test_rate_limit_per_token(settings, tokens):
+    limited = create_app(settings.model_copy(update={"ingest_rate_limit": 3, "ingest_rate_window": 60}))
+    with TestClient(limited) as client:
+        if 60 - time.time() % 60 < 2:     # all four requests in one window
+            time.sleep(60 - time.time() % 60)
+        codes = [client.post("/api/events", json=[], headers={"Authorization": f"Bearer {tokens['analyst']}"})
+                 for _ in range(4)]
+        assert [c.status_code for c in codes] == [202, 202, 202, 429]
+        retry = int(codes[-1].headers["Retry-After"])
+        assert 1 <= retry <= 60
+        # another token has its own budget
+        other = client.post("/api/events", json=[], headers={"Authorization": f"Bearer {tokens['admin']}"})
+        assert other.status_code == 202

@@ -1,0 +1,111 @@
+"""Queries: register, list, read, change, remove; validated by the core; versioned and audited."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from penumbra.query import QueryError, parse
+
+from .conftest import JOIN, unique
+
+BAD_QUERIES = [
+    "SELECT * FROM\nA X WHERE",
+    "SELECT * FROM A X, B Y WHERE WINDOW(X, Y) = 10 WITH THRESHOLD 1.6",
+    "PATTERN SEQ(A a, B b)\n  WHERE a.x = b.x\n  WITHIN",
+    "SELEKT everything",
+]
+
+
+def audit_after(store, keys, last_id):
+    return [{k.decode(): v.decode() for k, v in fields.items()}
+            for _, fields in store.xrange(keys.audit, f"({last_id}", "+")]
+
+
+def last_audit_id(store, keys) -> str:
+    found = store.xrevrange(keys.audit, count=1)
+    return found[0][0].decode() if found else "0-0"
+
+
+def test_register_list_get(client, as_role, store, keys):
+    a, b = unique("SA"), unique("SB")
+    text = JOIN.format(a=a, b=b)
+    mark = last_audit_id(store, keys)
+    answer = client.post("/api/queries", json={"text": text, "name": "quakes", "threshold": 0.7},
+                         headers=as_role("analyst"))
+    assert answer.status_code == 201, answer.text
+    entry = answer.json()
+    assert entry["kind"] == "join" and entry["name"] == "quakes" and entry["threshold"] == 0.7
+    # what the registry stored is what was answered
+    assert json.loads(store.hget(keys.queries, entry["id"])) == entry
+    assert client.get(f"/api/queries/{entry['id']}", headers=as_role("viewer")).json() == entry
+    listed = client.get("/api/queries", headers=as_role("viewer")).json()
+    assert entry["id"] in [q["id"] for q in listed["items"]]
+    assert listed["version"] >= entry["version"] == int(store.get(keys.version))
+    (audit,) = audit_after(store, keys, mark)
+    assert (audit["action"], audit["who"], audit["subject"]) == ("register", "test-analyst", entry["id"])
+
+
+@pytest.mark.parametrize("text", BAD_QUERIES)
+def test_bad_query_answers_line_and_column(client, as_role, text):
+    with pytest.raises(QueryError) as expected:
+        parse(text)
+    answer = client.post("/api/queries", json={"text": text}, headers=as_role("analyst"))
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert (error["line"], error["column"]) == (expected.value.line, expected.value.column)
+    assert error["message"] == expected.value.message
+
+
+def test_patch_versions_and_audits(client, as_role, store, keys, join_query):
+    query_id, _, _ = join_query
+    before = client.get(f"/api/queries/{query_id}", headers=as_role("viewer")).json()
+    mark = last_audit_id(store, keys)
+    answer = client.patch(f"/api/queries/{query_id}", json={"threshold": 0.8, "paused": True},
+                          headers=as_role("analyst"))
+    assert answer.status_code == 200, answer.text
+    after = answer.json()
+    assert after["threshold"] == 0.8 and after["paused"] is True and after["version"] > before["version"]
+    # the whole registry at the new version holds the change (what the job reads)
+    snapshot = json.loads(store.get(keys.registry_at(after["version"])))
+    assert snapshot["queries"][query_id]["threshold"] == 0.8
+    (audit,) = audit_after(store, keys, mark)
+    assert audit["action"] == "update" and audit["who"] == "test-analyst"
+    assert json.loads(audit["details"]) == {"threshold": 0.8, "paused": True}
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"threshold": 0.01}, "threshold"),          # below the join's floor (the core refuses)
+    ({"threshold": 1.5}, "threshold"),
+    ({"threshold": True}, "threshold"),
+    ({"threshold": "0.7"}, "threshold"),
+    ({"name": ""}, "name"),
+    ({"paused": "yes"}, "paused"),
+    ({"colour": "red"}, "colour"),
+    ({}, "body"),
+    ({"threshold": None}, "body"),
+])
+def test_patch_rejects_bad_values(client, as_role, join_query, body, field):
+    query_id, _, _ = join_query
+    answer = client.patch(f"/api/queries/{query_id}", json=body, headers=as_role("analyst"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == field
+
+
+def test_duplicate_id_conflicts(client, as_role, join_query):
+    query_id, a, b = join_query
+    answer = client.post("/api/queries", json={"text": JOIN.format(a=a, b=b), "id": query_id},
+                         headers=as_role("analyst"))
+    assert answer.status_code == 409
+
+
+def test_delete(client, as_role, store, keys, join_query):
+    query_id, _, _ = join_query
+    mark = last_audit_id(store, keys)
+    assert client.delete(f"/api/queries/{query_id}", headers=as_role("analyst")).status_code == 204
+    assert store.hget(keys.queries, query_id) is None
+    assert client.get(f"/api/queries/{query_id}", headers=as_role("viewer")).status_code == 404
+    assert client.delete(f"/api/queries/{query_id}", headers=as_role("analyst")).status_code == 404
+    (audit,) = audit_after(store, keys, mark)
+    assert audit["action"] == "remove" and audit["subject"] == query_id
