@@ -144,6 +144,15 @@ class CompiledPattern:
             return ()
         return event.attrs.get(self.query.partition[j])
 
+    def joins_at(self, j: int) -> bool:
+        """Whether :meth:`admits` has any condition to check when component ``j`` is bound."""
+        return bool(self._joins[j])
+
+    def reads_an_earlier_stream(self, j: int) -> bool:
+        """Whether component ``j`` reads the stream of a component before it, so one event
+        could be bound to both."""
+        return self._streams[j] in self._streams[:j]
+
     def admits(self, bound: Mapping[int, GridEvent], j: int, event: GridEvent) -> bool:
         terms = self._joins[j]
         if not terms:

@@ -19,6 +19,7 @@ b.nodeId = ...``), as SASE partitions its active instance stacks.
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 import zlib
@@ -37,6 +38,11 @@ from .point import PointEngine
 from .query_order import SortedEngine
 
 __all__ = ["PatternOperator"]
+
+#: Matches per block whose details (intervals, valid intervals) the observations show, as
+#: for the samples of other operators: a host keeps no more (``keyed.combine``), and
+#: building them for every match of a dense stream would cost as much as weighing it.
+MATCH_DETAILS = 50
 
 ENGINES: dict[str, type[Engine]] = {"point": PointEngine, "any_state": AnyStateEngine,
                                     "sorted": SortedEngine, "selectivity": SelectivityEngine}
@@ -77,7 +83,7 @@ class PatternOperator(Operator):
         self.heartbeat = -math.inf
         self.horizon = -math.inf
         self.partitions: dict[Any, Partition] = {}
-        self.queued: list[tuple[Match, dict]] = []
+        self.queued: list[tuple[Match, dict | None]] = []
         self.counts = {"events": 0, "ignored": 0, "late": 0, "matches": 0,
                        "below_threshold": 0, "pruned": 0, "evicted": 0, "other_group": 0}
 
@@ -131,7 +137,7 @@ class PatternOperator(Operator):
         before = self.counts["evicted"]
         self.heartbeat = max(self.heartbeat, watermark / self.unit)
         result = self._advance(BlockResult())
-        self.queued.extend(zip(result.matches, result.observations["matches"]))
+        self.queued.extend(itertools.zip_longest(result.matches, result.observations["matches"]))
         return self.counts["evicted"] - before
 
     def partition_keys(self) -> dict[str, list[tuple[str, ...]]]:
@@ -216,23 +222,21 @@ class PatternOperator(Operator):
 
     def _advance(self, result: BlockResult) -> BlockResult:
         self.horizon = max(self.horizon, self.now_lower - self.span - self.delay, self.heartbeat)
-        details = [detail for _, detail in self.queued]
+        details = [detail for _, detail in self.queued if detail is not None]
         result.matches.extend(match for match, _ in self.queued)
         self.queued = []
         for key in list(self.partitions):
             partition = self.partitions[key]
             engine = partition.engine
             pruned = engine.pruned
-            for found in engine.advance(self.horizon):
-                if self.pattern.next_match:
-                    partition.pending.append(found)
-                else:
-                    self._emit(engine, found, result.matches, details)
-            final = [f for f in partition.pending if f.vub[-1] <= self.horizon]
-            if final:
-                partition.pending = [f for f in partition.pending if f.vub[-1] > self.horizon]
-                for found in final:
-                    self._emit(engine, found, result.matches, details)
+            found = engine.advance(self.horizon)
+            if self.pattern.next_match:
+                partition.pending.extend(found)
+                found = [f for f in partition.pending if f.vub[-1] <= self.horizon]
+                if found:
+                    partition.pending = [f for f in partition.pending if f.vub[-1] > self.horizon]
+            if found:
+                self._emit(engine, found, result.matches, details)
             self.counts["pruned"] += engine.pruned - pruned
             engine.pruned = pruned
             low = min([self.horizon] + [e.lo for f in partition.pending for e in f.events])
@@ -243,28 +247,41 @@ class PatternOperator(Operator):
         result.observations = self._observe(details)
         return result
 
-    def _emit(self, engine: Engine, found: Found, matches: list[Match], details: list[dict]) -> None:
-        gaps = self._excluders(engine, found) if self.pattern.next_match else None
-        if found.points is not None:
-            confidence, first, last = point_confidence(found.events, found.points, gaps)
-        else:
-            confidence, first, last = chain_confidence(found.events, found.vlb, found.vub,
-                                                       self.pattern.window, gaps)
-        if not confidence > 0 or (self.threshold is not None and confidence < self.threshold):
-            self.counts["below_threshold"] += 1
-            return
-        self.counts["matches"] += 1
-        returned = set(self.query.returns)
-        match = Match({v: e.id for v, e in zip(self.pattern.variables, found.events) if v in returned},
-                      confidence, (first * self.unit, last * self.unit))
-        matches.append(match)
-        details.append({
-            "events": dict(match.events), "prob": confidence, "range": list(match.range),
-            "intervals": {v: [e.lo * self.unit, e.hi * self.unit]
-                          for v, e in zip(self.pattern.variables, found.events)},
-            "valid": {v: [lo * self.unit, hi * self.unit]
-                      for v, lo, hi in zip(self.pattern.variables, found.vlb, found.vub)},
-        })
+    def _emit(self, engine: Engine, found: list[Found], matches: list[Match], details: list[dict]) -> None:
+        """Weigh the matches ``found`` in one partition, and keep those above the threshold
+        (with the details of the first :data:`MATCH_DETAILS` of a block)."""
+        pattern, unit, threshold = self.pattern, self.unit, self.threshold
+        window = pattern.window
+        variables = pattern.variables
+        returned = [j for j, v in enumerate(variables) if v in self.query.returns]
+        names = [variables[j] for j in returned]
+        kept = 0
+        for match in found:
+            gaps = self._excluders(engine, match) if pattern.next_match else None
+            if match.points is not None:
+                confidence, first, last = point_confidence(match.events, match.points, gaps)
+            else:
+                confidence, first, last = chain_confidence(match.events, match.vlb, match.vub, window, gaps)
+            if not confidence > 0 or (threshold is not None and confidence < threshold):
+                self.counts["below_threshold"] += 1
+                continue
+            kept += 1
+            events = match.events
+            emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
+                            (first * unit, last * unit))
+            matches.append(emitted)
+            if len(details) < MATCH_DETAILS:
+                details.append(self._details(emitted, match))
+        self.counts["matches"] += kept
+
+    def _details(self, emitted: Match, match: Found) -> dict[str, Any]:
+        """What the observations show of a match: its events' intervals and valid intervals."""
+        unit, variables = self.unit, self.pattern.variables
+        return {
+            "events": dict(emitted.events), "prob": emitted.prob, "range": list(emitted.range),
+            "intervals": {v: [e.lo * unit, e.hi * unit] for v, e in zip(variables, match.events)},
+            "valid": {v: [lo * unit, hi * unit] for v, lo, hi in zip(variables, match.vlb, match.vub)},
+        }
 
     def _excluders(self, engine: Engine, found: Found) -> list[list[GridEvent]]:
         """``S-bar_{m_{g+1}}`` of Algorithm 1: the events seen that could match component

@@ -17,6 +17,7 @@ an event whose vlb lies after it cannot be next.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from .bounds import close_window
@@ -54,7 +55,7 @@ class SortedEngine(Engine):
     def _receive(self, items):
         for event, j in items:
             if j == 0:
-                self._extend(0, event)
+                self._keep(0, Partial((event,), (event.lo,), (event.hi,)))
             else:
                 self.waiting[j].append(event)
 
@@ -65,8 +66,7 @@ class SortedEngine(Engine):
             ready = [e for e in self.waiting[j] if e.hi <= limit]
             if ready:
                 self.waiting[j] = [e for e in self.waiting[j] if e.hi > limit]
-                for event in sorted(ready, key=lambda e: (e.hi, e.lo)):
-                    self._extend(j, event)
+                self._extend(j, sorted(ready, key=lambda e: (e.hi, e.lo)))
         for j in range(length - 1):
             self._prune(j, self._frontier(safe, [self.waiting[j + 1]]))
         found, self.found = self.found, []
@@ -80,33 +80,51 @@ class SortedEngine(Engine):
         self.pruned += len(self.partials[j]) - len(alive)
         self.partials[j] = alive
 
-    def _extend(self, j: int, event: GridEvent) -> None:
+    def _extend(self, j: int, events: list[GridEvent]) -> None:
+        """Extend the partial matches ending at ``E_j`` (0-based ``j - 1``) by ``events``,
+        released for ``E_{j+1}``, in order.
+
+        Only the partial matches an event can extend are visited, found by bisection on
+        their last vlb: it must precede the event's upper bound, and for *skip till any
+        match* the window must still reach the event. Every partial match has
+        ``vub_1 <= vlb_j + reach``, so ``e.lower < vub_1 + W`` needs ``vlb_j > e.lower - W - reach``.
+        Skip till next match visits every earlier one, as each candidate lowers their NELT.
+        The candidates are visited in the order the partial matches were made, as ever."""
         pattern = self.pattern
-        if j == 0:
-            self._keep(0, Partial((event,), (event.lo,), (event.hi,)))
-            return
-        window = pattern.window
-        for partial in self.partials[j - 1]:
-            vlb = max(partial.vlb[-1] + 1, event.lo)
-            if vlb > event.hi or (vlb >= partial.vub[0] + window and not pattern.next_match):
-                continue
-            if any(e.key == event.key for e in partial.events):
-                continue
-            if not pattern.admits(dict(enumerate(partial.events)), j, event):
-                continue
-            if pattern.next_match:
-                if event.lo > partial.events[-1].hi:
-                    partial.nelt = min(partial.nelt, event.hi)
-                if vlb > partial.nelt or vlb >= partial.vub[0] + window:
+        window, next_match = pattern.window, pattern.next_match
+        check_keys, check_joins = pattern.reads_an_earlier_stream(j), pattern.joins_at(j)
+        partials = self.partials[j - 1]
+        last_vlb = [p.vlb[-1] for p in partials]
+        by_last_vlb = sorted(range(len(partials)), key=last_vlb.__getitem__)
+        ordered_vlb = [last_vlb[i] for i in by_last_vlb]
+        reach = max((p.vub[0] - p.vlb[-1] for p in partials), default=0)
+        for event in events:
+            lo, hi = event.lo, event.hi
+            first = 0 if next_match else bisect.bisect_right(ordered_vlb, lo - window - reach)
+            candidates = by_last_vlb[first: bisect.bisect_left(ordered_vlb, hi)]
+            candidates.sort()
+            for index in candidates:
+                partial = partials[index]
+                vlb = max(partial.vlb[-1] + 1, lo)
+                if vlb >= partial.vub[0] + window and not next_match:
                     continue
-            vub = list(partial.vub) + [event.hi]
-            for k in range(j - 1, -1, -1):
-                vub[k] = min(vub[k], vub[k + 1] - 1)
-                if vub[k] < partial.vlb[k]:
-                    break
-            else:
-                if vlb < vub[0] + window:
-                    self._keep(j, Partial(partial.events + (event,), partial.vlb + (vlb,), tuple(vub)))
+                if check_keys and any(e.key == event.key for e in partial.events):
+                    continue
+                if check_joins and not pattern.admits(dict(enumerate(partial.events)), j, event):
+                    continue
+                if next_match:
+                    if lo > partial.events[-1].hi:
+                        partial.nelt = min(partial.nelt, hi)
+                    if vlb > partial.nelt or vlb >= partial.vub[0] + window:
+                        continue
+                vub = [*partial.vub, hi]
+                for k in range(j - 1, -1, -1):
+                    vub[k] = min(vub[k], vub[k + 1] - 1)
+                    if vub[k] < partial.vlb[k]:
+                        break
+                else:
+                    if vlb < vub[0] + window:
+                        self._keep(j, Partial(partial.events + (event,), partial.vlb + (vlb,), tuple(vub)))
 
     def _keep(self, j: int, partial: Partial) -> None:
         if j < self.pattern.length - 1:
