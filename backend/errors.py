@@ -81,14 +81,22 @@ def install_error_handlers(app: FastAPI) -> None:
                     for e in error.errors()]
         first = problems[0] if problems else {"field": None, "message": "invalid request"}
         if first.get("type") == "json_invalid":
-            return error_response(422, f"invalid JSON: {error.errors()[0].get('ctx', {}).get('error', 'malformed')}",
+            return error_response(400, f"invalid JSON: {error.errors()[0].get('ctx', {}).get('error', 'malformed')}",
                                   field="body")
         return error_response(422, f"{first['field']}: {first['message']}" if first["field"] else first["message"],
                               field=first["field"] or None, errors=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        return error_response(error.status_code, str(error.detail), getattr(error, "headers", None))
+        headers = dict(getattr(error, "headers", None) or {})
+        details = {}
+        if error.status_code == 405:    # every method of the path, not only one router's
+            allowed = request.app.state.operations.allowed_methods(request.url.path)
+            headers["Allow"] = ", ".join(allowed)
+            details["allowed"] = allowed
+        elif error.status_code == 413:
+            details["limit"] = request.app.state.service.settings.max_body_bytes
+        return error_response(error.status_code, str(error.detail), headers or None, **details)
 
     @app.exception_handler(redis.ConnectionError)
     @app.exception_handler(redis.TimeoutError)

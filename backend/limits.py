@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
 import orjson
 import redis
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from spark_jobs.store import Keys
 
 from .errors import ApiError
 
-__all__ = ["BodySizeLimit", "RateLimiter"]
+__all__ = ["AccessLog", "BodySizeLimit", "RateLimiter"]
+
+log = logging.getLogger("penumbra.api")
 
 
-class BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(HTTPException):
+    """Raised while a body is read (an HTTPException, so the framework passes it on and
+    the error handlers answer it)."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body too large: over {limit} bytes")
 
 
 class BodySizeLimit:
     """Answers 413 to a body over ``limit`` bytes: at once when its Content-Length says
-    so, else as soon as the bytes received pass the limit (nothing larger is buffered)."""
+    so, else as soon as the bytes received pass the limit (nothing larger is buffered).
+
+    Pure ASGI (no BaseHTTPMiddleware anywhere in the stack), so the error raised from
+    ``receive`` reaches the handlers unwrapped."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app = app
@@ -50,7 +61,7 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
-                    raise BodyTooLarge()
+                    raise BodyTooLarge(self.limit)
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -94,3 +105,29 @@ class RateLimiter:
             retry = max(1, math.ceil((slot + 1) * self.window - now))
             raise ApiError(429, f"ingest rate limit: at most {self.limit} requests per {self.window} s per token",
                            headers={"Retry-After": str(retry)}, retry_after=retry)
+
+
+class AccessLog:
+    """One log line per request: method, path, status, milliseconds (pure ASGI)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def noted_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted_send)
+        finally:
+            log.info("%s %s %d %.1f ms", scope["method"], scope["path"], status,
+                     (time.perf_counter() - started) * 1000)

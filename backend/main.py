@@ -8,11 +8,10 @@ a websocket router is added the same way. OpenAPI is at ``/openapi.json``, its p
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import asynccontextmanager
 
 import redis
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
@@ -20,8 +19,9 @@ from fastapi.openapi.utils import get_openapi
 from .config import Settings
 from .deps import Service
 from .errors import install_error_handlers
-from .limits import BodySizeLimit
+from .limits import AccessLog, BodySizeLimit
 from .models import EventIn
+from .operations import Operations, reject_unknown_query
 from .routes import alarms, events, health, queries, results, streams, tokens
 
 __all__ = ["ROUTERS", "create_app"]
@@ -53,25 +53,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         service.redis.close()
 
-    app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+                  dependencies=[Depends(reject_unknown_query)])
     app.state.service = service
+    app.state.operations = Operations(app)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/api")
-
-    @app.middleware("http")
-    async def access_log(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        log.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
-                 (time.perf_counter() - started) * 1000)
-        return response
 
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
+    app.add_middleware(AccessLog)
 
     def openapi() -> dict:
         if app.openapi_schema is None:

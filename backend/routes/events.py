@@ -28,9 +28,12 @@ router = APIRouter(prefix="/events", tags=["events"])
 
 _EVENT = {"$ref": "#/components/schemas/EventIn"}
 #: The request body as OpenAPI shows it (``create_app`` adds ``EventIn`` to the
-#: components and the deployment's ``maxItems``).
+#: components and the deployment's ``maxItems``). A list's items are taken as they come:
+#: each one that is not a valid event is rejected alone, and the rest are kept.
 EVENTS_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-    "oneOf": [_EVENT, {"type": "array", "items": _EVENT}]}}}}}
+    "oneOf": [_EVENT, {"type": "array", "items": {
+        "description": "an event (EventIn); one that is not valid is rejected alone, with its index and reason",
+        "example": {"stream": "seismic", "id": "s-17", "ts": {"lo": 100.0, "hi": 120.0}}}}]}}}}}
 
 
 def decode_body(body: bytes):
@@ -52,7 +55,7 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
     if not isinstance(items, list):
         raise ApiError(422, "the body must be an event object or a list of events", field="body")
     if len(items) > limit:
-        raise ApiError(413, f"too many events: {len(items)}, at most {limit} per request", field="body",
+        raise ApiError(422, f"too many events: {len(items)}, at most {limit} per request", field="body",
                        limit=limit)
     events, rejected = parse_events(items, service.streams())
     bad = {index for index, _ in rejected}
@@ -81,7 +84,7 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
              openapi_extra=EVENTS_BODY, summary="Post one event or a list of events")
 async def post_events(request: Request, who: AnalystDep, service: ServiceDep) -> dict:
     """One event object or a list of them (DESIGN.md's event shape), at most
-    PENUMBRA_INGEST_MAX_EVENTS (the schema's ``maxItems``). Valid events are appended to
+    PENUMBRA_INGEST_MAX_EVENTS (the schema's ``maxItems``; more answers 422). Valid events are appended to
     the ingest stream in order; each invalid one is answered with its index and reason
     and kept in the dead-letter stream. A list answers 202 with the counts; a single
     invalid event answers 422 naming the field. Per-token rate limit: 429 with Retry-After."""

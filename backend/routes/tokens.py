@@ -12,7 +12,7 @@ from ..models import TokenCreated, TokenIn, TokenList, TokenOut
 from ..security import Role
 from . import errors
 
-router = APIRouter(prefix="/tokens", tags=["tokens"])
+router = APIRouter(tags=["tokens"])
 
 TokenId = Annotated[str, Path(min_length=1, max_length=64, description="the token's id (not the token)")]
 
@@ -21,7 +21,7 @@ def _public(record: dict) -> dict:
     return {k: record[k] for k in ("id", "role", "label", "created")}
 
 
-@router.post("", status_code=201, response_model=TokenCreated, responses=errors(401, 403),
+@router.post("/tokens", status_code=201, response_model=TokenCreated, responses=errors(401, 403),
              summary="Create a token")
 def create_token(who: AdminDep, body: TokenIn, service: ServiceDep) -> dict:
     """The answer holds the token itself; it is not shown again (Redis keeps only its salted hash)."""
@@ -30,7 +30,7 @@ def create_token(who: AdminDep, body: TokenIn, service: ServiceDep) -> dict:
     return {**_public(record), "token": token}
 
 
-@router.get("", response_model=TokenList, responses=errors(401, 403), summary="List tokens")
+@router.get("/tokens", response_model=TokenList, responses=errors(401, 403), summary="List tokens")
 def list_tokens(who: AdminDep, service: ServiceDep) -> dict:
     return {"items": [_public(r) for r in service.tokens.records()]}
 
@@ -43,7 +43,7 @@ def whoami(who: TokenDep, service: ServiceDep) -> dict:
     return _public(record)
 
 
-@router.delete("/{token_id}", status_code=204, response_class=Response, responses=errors(401, 403, 404, 409),
+@router.delete("/tokens/{token_id}", status_code=204, response_class=Response, responses=errors(401, 403, 404, 409),
                summary="Revoke a token")
 def revoke_token(who: AdminDep, token_id: TokenId, service: ServiceDep) -> Response:
     """Refused (409) for the last admin token, so an admin can always get in."""

@@ -19,6 +19,9 @@ from spark_jobs.store import Keys
 
 ADMIN_TOKEN = "pn_test-admin-" + "x" * 32
 ROLES = ("viewer", "analyst", "admin")
+#: The settings of the session's app (besides its Redis).
+SETTINGS = {"admin_token": ADMIN_TOKEN, "redis_timeout": 1.0, "ingest_max_events": 500,
+            "max_body_bytes": 256 * 1024, "ingest_rate_limit": 10_000}
 JOIN = "SELECT * FROM {a} A, {b} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
 
 
@@ -33,8 +36,7 @@ def redis_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def settings(redis_server) -> Settings:
-    return Settings(redis_url=redis_server.url, admin_token=ADMIN_TOKEN, redis_timeout=1.0,
-                    ingest_max_events=500, max_body_bytes=256 * 1024, ingest_rate_limit=10_000)
+    return Settings(redis_url=redis_server.url, **SETTINGS)
 
 
 @pytest.fixture(scope="session")

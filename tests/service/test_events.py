@@ -118,7 +118,7 @@ def test_too_many_events(client, as_role, settings, store, keys):
     mark = last_id(store, keys.ingest)
     batch = [event("S", n) for n in range(settings.ingest_max_events + 1)]
     answer = client.post("/api/events", json=batch, headers=as_role("analyst"))
-    assert answer.status_code == 413 and answer.json()["error"]["limit"] == settings.ingest_max_events
+    assert answer.status_code == 422 and answer.json()["error"]["limit"] == settings.ingest_max_events
     assert last_id(store, keys.ingest) == mark
     answer = client.post("/api/events", json=batch[:-1], headers=as_role("analyst"))
     assert answer.status_code == 202 and answer.json()["accepted"] == settings.ingest_max_events

@@ -1,0 +1,92 @@
+"""Errors: JSON ``{"error": {...}}``, 4xx for bad input (never a 500), 413 for big bodies,
+503 while Redis is down and recovery, with queries and tokens intact, once it is back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from .conftest import JOIN, bearer, unique
+
+
+@pytest.mark.parametrize("body, status", [
+    (b'{"text": "SELECT"', 400),                                    # cut short
+    (b'{"text": "x"} trailing', 400),
+    (b'\xff\xfe{"text": 1}', 400),                                  # not UTF-8
+    (b'{"text": "\xc3\x28"}', 400),                                 # an invalid UTF-8 sequence inside
+    (b'{"text": NaN}', 422),
+    (b'{"text": 12}', 422),
+    (b'{"text": "SELECT * FROM A X, B Y WHERE WINDOW(X, Y) = 1", "threshold": NaN}', 422),
+    (b'{"text": "SELECT * FROM A X, B Y WHERE WINDOW(X, Y) = 1", "threshold": Infinity}', 422),
+    (b'{"text": "SELECT * FROM A X, B Y WHERE WINDOW(X, Y) = 1", "threshold": 1e999}', 422),
+    (b'[]', 422),
+    (b'null', 422),
+    (b'', 422),
+])
+def test_bad_bodies_are_4xx_json(client, as_role, body, status):
+    answer = client.post("/api/queries", content=body,
+                         headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    assert set(answer.json()) == {"error"} and answer.json()["error"]["message"]
+
+
+def test_wrong_content_type(client, as_role):
+    answer = client.post("/api/queries", content=b"text=x", headers={**as_role("analyst"),
+                                                                    "Content-Type": "application/x-www-form-urlencoded"})
+    assert 400 <= answer.status_code < 500
+
+
+def test_huge_body_is_413(client, as_role, settings, store, keys):
+    before = store.xlen(keys.ingest)
+    huge = b"[" + b",".join([b'{"stream": "S", "id": "x", "ts": {"lo": 0, "hi": 1}}'] * 10_000) + b"]"
+    assert len(huge) > settings.max_body_bytes
+    answer = client.post("/api/events", content=huge, headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["error"]["limit"] == settings.max_body_bytes
+
+    def chunks():      # no Content-Length: counted as it arrives
+        for start in range(0, len(huge), 65536):
+            yield huge[start:start + 65536]
+
+    answer = client.post("/api/events", content=chunks(), headers={**as_role("analyst"),
+                                                                   "Content-Type": "application/json"})
+    assert answer.status_code == 413
+    assert store.xlen(keys.ingest) == before
+
+
+def test_unknown_route_and_method(client, as_role):
+    assert client.get("/api/nothing", headers=as_role("viewer")).json()["error"]["message"]
+    answer = client.put("/api/queries", headers=as_role("admin"))
+    assert answer.status_code == 405 and answer.json()["error"]["message"]
+
+
+def test_redis_down_is_503_then_recovers(client, as_role, tokens, redis_server):
+    stream = unique("S")
+    text = JOIN.format(a=stream, b=unique("S"))
+    query = client.post("/api/queries", json={"text": text, "threshold": 0.75}, headers=as_role("analyst")).json()
+    fresh = client.post("/api/tokens", json={"role": "viewer", "label": "survivor"}, headers=as_role("admin")).json()
+    redis_server.stop()
+    try:
+        for method, path, body in [("GET", "/api/queries", None), ("GET", f"/api/alarms/{query['id']}", None),
+                                   ("POST", "/api/events", [{"stream": stream, "id": "a", "ts": {"lo": 0, "hi": 1}}]),
+                                   ("PATCH", f"/api/queries/{query['id']}", {"threshold": 0.8})]:
+            answer = client.request(method, path, json=body, headers=as_role("analyst"))
+            assert answer.status_code == 503, (path, answer.text)
+            assert answer.headers["Retry-After"] and answer.json()["error"]["message"]
+        health = client.get("/api/health")
+        assert health.status_code == 503 and health.json()["status"] == "down"
+    finally:
+        redis_server.start()
+    # the same client (and connection pool) works again; the AOF kept queries and tokens
+    deadline = time.monotonic() + 10
+    while client.get("/api/health").status_code != 200:
+        assert time.monotonic() < deadline, "the service did not recover"
+        time.sleep(0.1)
+    got = client.get(f"/api/queries/{query['id']}", headers=as_role("viewer"))
+    assert got.status_code == 200 and got.json() == query
+    assert client.get("/api/me", headers=bearer(fresh["token"])).json()["label"] == "survivor"
+    assert client.get("/api/me", headers=bearer(tokens["analyst"])).status_code == 200
+    patched = client.patch(f"/api/queries/{query['id']}", json={"threshold": 0.8}, headers=as_role("analyst"))
+    assert patched.status_code == 200 and patched.json()["threshold"] == 0.8
+    assert isinstance(redis.Redis.from_url(redis_server.url).ping(), bool)

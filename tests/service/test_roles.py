@@ -1,0 +1,98 @@
+"""Every route for every role: 401 without a valid token, 403 below the route's role,
+neither at or above it. The table must name every route the app has."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from spark_jobs.store import Registry
+
+from .conftest import JOIN, bearer, unique
+
+#: (method, path) -> the least role allowed (None: no token needed)
+ROUTES = {
+    ("GET", "/api/health"): None,
+    ("GET", "/api/queries"): "viewer",
+    ("POST", "/api/queries"): "analyst",
+    ("GET", "/api/queries/{query_id}"): "viewer",
+    ("PATCH", "/api/queries/{query_id}"): "analyst",
+    ("DELETE", "/api/queries/{query_id}"): "analyst",
+    ("POST", "/api/events"): "analyst",
+    ("GET", "/api/streams"): "admin",
+    ("GET", "/api/streams/{name}"): "admin",
+    ("PUT", "/api/streams/{name}"): "admin",
+    ("GET", "/api/queries/{query_id}/matches"): "viewer",
+    ("GET", "/api/queries/{query_id}/observations"): "viewer",
+    ("GET", "/api/queries/{query_id}/partitions"): "viewer",
+    ("GET", "/api/queries/{query_id}/buffers"): "viewer",
+    ("GET", "/api/queries/{query_id}/near-misses"): "viewer",
+    ("POST", "/api/queries/{query_id}/curve"): "viewer",
+    ("GET", "/api/queries/{query_id}/what-if"): "viewer",
+    ("GET", "/api/metrics"): "viewer",
+    ("GET", "/api/alarms"): "viewer",
+    ("GET", "/api/alarms/{query_id}"): "viewer",
+    ("POST", "/api/alarms/{query_id}/acknowledge"): "analyst",
+    ("POST", "/api/alarms/{query_id}/silence"): "analyst",
+    ("POST", "/api/alarms/{query_id}/resolve"): "analyst",
+    ("GET", "/api/tokens"): "admin",
+    ("POST", "/api/tokens"): "admin",
+    ("GET", "/api/me"): "viewer",
+    ("DELETE", "/api/tokens/{token_id}"): "admin",
+}
+LEVEL = {None: 0, "viewer": 1, "analyst": 2, "admin": 3}
+CALLERS = ("nobody", "bad token", "viewer", "analyst", "admin")
+
+
+def body_for(method: str, path: str, stream: str):
+    if path == "/api/queries" and method == "POST":
+        return {"text": JOIN.format(a=unique("R"), b=unique("R"))}
+    if method == "PATCH":
+        return {"threshold": 0.7}
+    if path == "/api/events":
+        return [{"stream": stream, "id": "r1", "ts": {"lo": 0, "hi": 1}}]
+    if path.startswith("/api/streams/"):
+        return {"max_delay": 1}
+    if path.endswith("/curve"):
+        return {"event": {"stream": stream, "id": "r1", "ts": {"lo": 0, "hi": 1}}}
+    if path.endswith("/silence"):
+        return {"until": time.time() + 60}
+    if path == "/api/tokens":
+        return {"role": "viewer", "label": "matrix"}
+    return None
+
+
+def test_the_table_names_every_route(app):
+    routes = {(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item}
+    assert routes == set(ROUTES)
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+@pytest.mark.parametrize("method, path", sorted(ROUTES))
+def test_route_for_caller(client, tokens, store, keys, method, path, caller):
+    needed = ROUTES[(method, path)]
+    # fresh resources per call, so what one call changes does not decide another's answer
+    stream, query, token = unique("R"), None, None
+    if "{query_id}" in path:
+        query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=unique("R"))},
+                            headers=bearer(tokens["analyst"])).json()["id"]
+        store.xadd(keys.matches(query), {"m": '{"events": {"A": "a", "B": "b"}, "prob": 0.9}', "b": 0, "g": 0})
+    if "{name}" in path:
+        Registry(store, keys).put_streams({stream: {"max_delay": 2}})
+    if "{token_id}" in path:
+        token = client.post("/api/tokens", json={"role": "viewer", "label": "victim"},
+                            headers=bearer(tokens["admin"])).json()["id"]
+    url = path.format(query_id=query, name=stream, token_id=token)
+    headers = {"nobody": {}, "bad token": bearer("pn_not-a-token")}[caller] if caller not in tokens \
+        else bearer(tokens[caller])
+    answer = client.request(method, url, json=body_for(method, path, stream), headers=headers)
+    level = LEVEL.get(caller, 0)
+    if needed is None:
+        assert answer.status_code == 200
+    elif caller in ("nobody", "bad token"):
+        assert answer.status_code == 401 and answer.json()["error"]["message"]
+    elif level < LEVEL[needed]:
+        assert answer.status_code == 403 and answer.json()["error"]["required"] == needed
+    else:
+        assert answer.status_code < 300, (answer.status_code, answer.text)
