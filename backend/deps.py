@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -55,11 +56,23 @@ class Service:
                                       socket_connect_timeout=settings.redis_timeout, health_check_interval=15)
         return cls(settings, client, Keys(settings.redis_prefix))
 
+    def snapshot(self) -> tuple[int, dict[str, dict], dict[str, dict]]:
+        """The registry's version, queries and stream parameters, read together from the
+        current hashes (which, unlike the per-version copies, never expire)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.keys.version)
+        pipe.hgetall(self.keys.queries)
+        pipe.hgetall(self.keys.streams)
+        version, queries, streams = pipe.execute()
+        return (int(version or 0), {k.decode(): json.loads(v) for k, v in queries.items()},
+                {k.decode(): json.loads(v) for k, v in streams.items()})
+
     def streams(self) -> Streams:
         """The registered stream parameters, decoded once per registry version."""
         version = self.registry.version()
         if self._streams is None or self._streams[0] != version:
-            self._streams = (version, parse_streams(self.registry.at(version)["streams"]))
+            version, _, params = self.snapshot()
+            self._streams = (version, parse_streams(params))
         return self._streams[1]
 
     def audit(self, who: str, action: str, subject: str, details=None) -> None:

@@ -108,7 +108,7 @@ class RateLimiter:
 
 
 class AccessLog:
-    """One log line per request: method, path, status, milliseconds (pure ASGI)."""
+    """One JSON log line per request: method, path, status, milliseconds (pure ASGI)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -129,5 +129,5 @@ class AccessLog:
         try:
             await self.app(scope, receive, noted_send)
         finally:
-            log.info("%s %s %d %.1f ms", scope["method"], scope["path"], status,
-                     (time.perf_counter() - started) * 1000)
+            log.info("%s", orjson.dumps({"method": scope["method"], "path": scope["path"], "status": status,
+                                         "ms": round((time.perf_counter() - started) * 1000, 2)}).decode())

@@ -83,7 +83,7 @@ def _act(service: Service, entry: dict, who: str, action: str, **fields) -> dict
 @router.get("", response_model=AlarmList, responses=errors(401, 403), summary="Alarms of every query")
 def list_alarms(who: ViewerDep, service: ServiceDep) -> dict:
     """One alarm per query that has matched or been acted on, new ones first, then by latest match."""
-    queries = service.registry.current()["queries"]
+    _, queries, _ = service.snapshot()
     found = [a for a in (alarm(service, e) for e in queries.values()) if a is not None]
     order = {"new": 0, "silenced": 1, "acknowledged": 2, "resolved": 3}
     found.sort(key=lambda a: (order[a["state"]], a["query"]))

@@ -33,9 +33,8 @@ def register_query(body: QueryIn, who: AnalystDep, service: ServiceDep) -> dict:
 
 @router.get("", response_model=QueryList, responses=errors(401, 403), summary="List queries")
 def list_queries(who: ViewerDep, service: ServiceDep) -> dict:
-    registry = service.registry.current()
-    items = sorted(registry["queries"].values(), key=lambda e: (e["created"], e["id"]))
-    return {"version": registry["version"], "items": items}
+    version, queries, _ = service.snapshot()
+    return {"version": version, "items": sorted(queries.values(), key=lambda e: (e["created"], e["id"]))}
 
 
 @router.get("/{query_id}", response_model=QueryOut, responses=errors(401, 403, 404), summary="Read a query")

@@ -39,14 +39,14 @@ def put_stream(who: AdminDep, name: StreamName, body: StreamIn, service: Service
 
 @router.get("", response_model=StreamList, responses=errors(401, 403), summary="List stream parameters")
 def list_streams(who: AdminDep, service: ServiceDep) -> dict:
-    streams = service.registry.current()["streams"]
+    _, _, streams = service.snapshot()
     return {"items": [{"name": n, "params": p} for n, p in sorted(streams.items())]}
 
 
 @router.get("/{name}", response_model=StreamOut, responses=errors(401, 403, 404),
             summary="Read a stream's parameters")
 def get_stream(who: AdminDep, name: StreamName, service: ServiceDep) -> dict:
-    params = service.registry.current()["streams"].get(name)
+    params = service.snapshot()[2].get(name)
     if params is None:
         raise ApiError(404, f"no parameters registered for stream {name!r}", field="name")
     return {"name": name, "params": params}
