@@ -9,6 +9,7 @@ the dead-letter stream ``pn:dead`` (the job's shape: ``kind`` = ``rejected``,
 
 from __future__ import annotations
 
+import json
 import time
 
 import orjson
@@ -37,14 +38,21 @@ EVENTS_BODY = {"requestBody": {"required": True, "content": {"application/json":
 
 
 def decode_body(body: bytes):
-    """The request's JSON (strict: NaN and Infinity are errors), or 400 naming the problem."""
+    """The request's JSON, strictly (NaN and Infinity are errors; integers stay exact), or
+    400 naming the problem."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        try:
-            return loads(body)
-        except ValidationError as error:
-            raise ApiError(400, str(error), field="body") from None
+        return loads(body)
+    except ValidationError as error:
+        raise ApiError(400, str(error), field="body") from None
+
+
+def encode(item) -> bytes:
+    """An item as JSON for a stream entry: orjson, or the json module (ASCII escapes) for
+    what orjson does not write (integers beyond 64 bits, lone surrogates)."""
+    try:
+        return orjson.dumps(item)
+    except TypeError:
+        return json.dumps(item, allow_nan=False).encode()
 
 
 def ingest(service: Service, who: Principal, body: bytes) -> dict:
@@ -63,9 +71,9 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
     pipe = service.redis.pipeline(transaction=True)
     for index, item in enumerate(items):
         if index not in bad:
-            pipe.xadd(keys.ingest, {"e": orjson.dumps(item)})
+            pipe.xadd(keys.ingest, {"e": encode(item)})
     for index, error in rejected:
-        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), "raw": orjson.dumps(items[index]),
+        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), "raw": encode(items[index]),
                               "at": now, "source": "api", "who": who.label, "index": index},
                   maxlen=service.settings.dead_maxlen, approximate=True)
     if rejected:

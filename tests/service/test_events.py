@@ -80,6 +80,16 @@ def test_template_events_resolve_against_registered_streams(client, as_role, sto
     assert answer["accepted"] == 1 and answer["errors"][0]["field"] == "ts.template"
 
 
+def test_what_orjson_would_not_write(client, as_role, store, keys):
+    stream = unique("S")
+    body = ('[{"stream": "%s", "id": "\\ud800", "ts": {"lo": 1, "hi": 2}, "attrs": {"big": %d}}]'
+            % (stream, 2 ** 70)).encode()
+    mark = last_id(store, keys.ingest)
+    answer = client.post("/api/events", content=body, headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert answer.status_code == 202 and answer.json()["accepted"] == 1
+    assert ingested_after(store, keys, mark) == json.loads(body)          # the integer exact, the id as sent
+
+
 def test_single_event(client, as_role, store, keys):
     stream = unique("S")
     mark = last_id(store, keys.ingest)
