@@ -42,7 +42,7 @@ class Service:
     bootstrapped: bool = False
     #: the admin token generated at the first start (None when given or already there)
     generated_admin_token: str | None = None
-    _streams: tuple[int, Streams] | None = None
+    _streams: tuple[int, Streams] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         self.registry = Registry(self.redis, self.keys)

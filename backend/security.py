@@ -110,6 +110,9 @@ class TokenStore:
             return None
         if any(r["role"] == Role.admin.name for r in self.records()):
             return None
+        # processes starting together (several workers) generate one token between them
+        if not self.redis.set(f"{self.key}:bootstrap", 1, nx=True, ex=60):
+            return None
         token, _ = self.create(Role.admin, "admin")
         print(f"Penumbra admin token (shown once): {token}", file=sys.stderr, flush=True)
         log.info("generated the first admin token")
