@@ -25,11 +25,13 @@ def close_window(vlb: Sequence[int], vub: Sequence[int], window: int) -> tuple[i
     and backwards ``e_{m_j}.vub = min(e_{m_{j+1}}.vub - 1, e_{m_j}.rub)``; ``None`` if an
     interval empties (the match is pruned)."""
     bounds = list(vub)
-    bounds[-1] = min(bounds[-1], bounds[0] + window - 1)
-    for k in range(len(bounds) - 2, -1, -1):
-        bounds[k] = min(bounds[k], bounds[k + 1] - 1)
-    if any(lo > hi for lo, hi in zip(vlb, bounds)):
+    bound = bounds[-1] = min(bounds[-1], bounds[0] + window - 1)
+    if bound < vlb[-1]:
         return None
+    for k in range(len(bounds) - 2, -1, -1):
+        bound = bounds[k] = min(bounds[k], bound - 1)
+        if bound < vlb[k]:
+            return None
     return tuple(bounds)
 
 

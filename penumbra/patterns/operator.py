@@ -92,20 +92,25 @@ class PatternOperator(Operator):
     def feed(self, events: Sequence[Event]) -> BlockResult:
         result = BlockResult()
         accepted: list[Event] = []
+        read: list[Interval] = []
+        streams, unit, horizon = self.streams, self.unit, self.horizon
         self.counts["events"] += len(events)
         for event in events:
-            if event.stream.casefold() not in self.streams:
+            ts = event.ts
+            if event.stream.casefold() not in streams:
                 self.counts["ignored"] += 1
-            elif not isinstance(event.ts, Interval):
+            elif not isinstance(ts, Interval):
                 result.late.append(Late(event, "a pattern query reads an interval {lo, hi[, pmf]}, "
                                                "not a histogram timestamp"))
-            elif event.ts.lo / self.unit < self.horizon:
-                result.late.append(Late(event, self._late_reason(event)))
             else:
-                accepted.append(event)
+                read.append(ts)
+                if ts.lo / unit < horizon:
+                    result.late.append(Late(event, self._late_reason(event)))
+                else:
+                    accepted.append(event)
         # time moves with every interval read, late ones too (what a block says of time
         # must not depend on the state it meets: see Operator.clock_of)
-        self._move_time(self.clock_of(events))
+        self._move_time(self._clock(read))
         on_grid: dict[int, GridEvent] = {}
         items: list[tuple[GridEvent, int]] = []
         for i, j in self.pattern.items_of(accepted):
@@ -154,7 +159,10 @@ class PatternOperator(Operator):
         """``now.lower`` (the largest lower bound) and, unless the streams declare
         ``pi``, ``U_max`` (the longest interval) over the intervals of the pattern's
         streams, in grid steps."""
-        read = [e.ts for e in events if isinstance(e.ts, Interval) and e.stream.casefold() in self.streams]
+        return self._clock([e.ts for e in events if isinstance(e.ts, Interval) and e.stream.casefold() in self.streams])
+
+    def _clock(self, read: list[Interval]) -> dict[str, float]:
+        """What the intervals ``read`` say of time (see :meth:`clock_of`)."""
         if not read:
             return {}
         clock = {"lower": max(ts.lo for ts in read) / self.unit}

@@ -54,8 +54,10 @@ class SortedEngine(Engine):
 
     def _receive(self, items):
         for event, j in items:
-            if j == 0:
-                self._keep(0, Partial((event,), (event.lo,), (event.hi,)))
+            if j == 0 and self.pattern.length == 1:
+                self._close((event,), (event.lo,), [event.hi])
+            elif j == 0:
+                self.partials[0].append(Partial((event,), (event.lo,), (event.hi,)))
             else:
                 self.waiting[j].append(event)
 
@@ -93,6 +95,7 @@ class SortedEngine(Engine):
         pattern = self.pattern
         window, next_match = pattern.window, pattern.next_match
         check_keys, check_joins = pattern.reads_an_earlier_stream(j), pattern.joins_at(j)
+        complete = j == pattern.length - 1
         partials = self.partials[j - 1]
         last_vlb = [p.vlb[-1] for p in partials]
         by_last_vlb = sorted(range(len(partials)), key=last_vlb.__getitem__)
@@ -105,7 +108,9 @@ class SortedEngine(Engine):
             candidates.sort()
             for index in candidates:
                 partial = partials[index]
-                vlb = max(partial.vlb[-1] + 1, lo)
+                vlb = partial.vlb[-1] + 1
+                if vlb < lo:
+                    vlb = lo
                 if vlb >= partial.vub[0] + window and not next_match:
                     continue
                 if check_keys and any(e.key == event.key for e in partial.events):
@@ -117,24 +122,30 @@ class SortedEngine(Engine):
                         partial.nelt = min(partial.nelt, hi)
                     if vlb > partial.nelt or vlb >= partial.vub[0] + window:
                         continue
+                # the vubs of a partial match increase strictly: the pass stops at the
+                # first that the new event's upper bound leaves as it was
                 vub = [*partial.vub, hi]
-                for k in range(j - 1, -1, -1):
-                    vub[k] = min(vub[k], vub[k + 1] - 1)
+                k = j - 1
+                while k >= 0 and vub[k] >= vub[k + 1]:
+                    vub[k] = vub[k + 1] - 1
                     if vub[k] < partial.vlb[k]:
                         break
+                    k -= 1
                 else:
-                    if vlb < vub[0] + window:
-                        self._keep(j, Partial(partial.events + (event,), partial.vlb + (vlb,), tuple(vub)))
+                    if vlb >= vub[0] + window:
+                        continue
+                    if complete:
+                        self._close(partial.events + (event,), partial.vlb + (vlb,), vub)
+                    else:
+                        self.partials[j].append(Partial(partial.events + (event,), partial.vlb + (vlb,), tuple(vub)))
 
-    def _keep(self, j: int, partial: Partial) -> None:
-        if j < self.pattern.length - 1:
-            self.partials[j].append(partial)
-            return
-        vub = close_window(partial.vlb, partial.vub, self.pattern.window)
-        if vub is None:
+    def _close(self, events: tuple[GridEvent, ...], vlb: tuple[int, ...], vub: list[int]) -> None:
+        """A complete match: its window closed (C.1's third pass), found or pruned."""
+        closed = close_window(vlb, vub, self.pattern.window)
+        if closed is None:
             self.pruned += 1
         else:
-            self.found.append(Found(partial.events, partial.vlb, vub))
+            self.found.append(Found(events, vlb, closed))
 
     def open_runs(self) -> int:
         return sum(len(p) for p in self.partials)
