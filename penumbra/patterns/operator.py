@@ -294,13 +294,23 @@ class PatternOperator(Operator):
     def _excluders(self, engine: Engine, found: Found) -> list[list[GridEvent]]:
         """``S-bar_{m_{g+1}}`` of Algorithm 1: the events seen that could match component
         ``g + 1`` right after the match's first ``g + 1`` events (SASE checks a component's
-        conditions when it is bound, so conditions on later components do not count)."""
+        conditions when it is bound, so conditions on later components do not count).
+
+        For a match weighed over its valid intervals, only the events that can fall strictly
+        between ``t_g`` and ``t_{g+1}`` are kept: the others leave every point match as it is,
+        and the weighing would drop them (the point-based framework weighs every one)."""
         keys = {e.key for e in found.events}
         gaps = []
         for g in range(len(found.events) - 1):
-            prefix = dict(enumerate(found.events[: g + 1]))
-            gaps.append([e for e in engine.index[g + 1]
-                         if e.key not in keys and self.pattern.admits(prefix, g + 1, e)])
+            candidates = engine.index[g + 1]
+            if found.points is None:
+                after, before = found.vlb[g], found.vub[g + 1]
+                candidates = [e for e in candidates if e.hi > after and e.lo < before]
+            candidates = [e for e in candidates if e.key not in keys]
+            if self.pattern.joins_at(g + 1):
+                prefix = dict(enumerate(found.events[: g + 1]))
+                candidates = [e for e in candidates if self.pattern.admits(prefix, g + 1, e)]
+            gaps.append(candidates)
         return gaps
 
     def _observe(self, details: list[dict]) -> dict[str, Any]:
