@@ -13,6 +13,7 @@ status 2 and a one-line message on stderr.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -88,6 +89,9 @@ def _eval(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.events}:{first.line}: {first.error}{more}")
     if args.engine == "spark":
         return _eval_spark(args, text, streams)
+    # the events read live until the end: frozen, they are not scanned again by every
+    # collection of the garbage collector while the operator runs
+    gc.freeze()
 
     started = time.perf_counter()
     out = sys.stdout

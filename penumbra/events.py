@@ -297,6 +297,51 @@ def _attrs(value: Any) -> Mapping[str, Scalar]:
 
 def parse_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None = None) -> Event:
     """Decode and validate one event object; template timestamps are resolved with ``streams``."""
+    return _event(obj, streams, decoded=False)
+
+
+def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decoded: bool) -> Event:
+    """:func:`parse_event`; ``decoded``: ``obj`` was just decoded from JSON, so nobody else
+    holds its attributes and they need no copy.
+
+    The common event -- names already seen, an interval of plain numbers, scalar
+    attributes -- is accepted in one pass over exact JSON types; anything else, valid or
+    not, takes the full checks, which name the field at fault."""
+    if type(obj) is dict and 3 <= len(obj) <= 4:
+        stream, event_id, ts, attrs = obj.get("stream"), obj.get("id"), obj.get("ts"), obj.get("attrs", _NO_ATTRS)
+        if type(stream) is str and stream in _VALID_NAMES and type(event_id) is str \
+                and 0 < len(event_id) <= MAX_ID_LENGTH and type(ts) is dict and len(ts) == 2 \
+                and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
+            lo, hi = ts.get("lo"), ts.get("hi")
+            if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST \
+                    and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
+                if attrs:
+                    attrs = MappingProxyType(attrs if decoded else dict(attrs))
+                return Event._checked(stream, event_id, Interval._checked(float(lo), float(hi)), attrs or _NO_ATTRS)
+    return _checked_event(obj, streams)
+
+
+def _plain_attrs(attrs: dict) -> bool:
+    """Whether every attribute has a name already seen and a value of an exact JSON scalar
+    type within bounds (else :func:`_attrs` says what is wrong, or accepts it the long way)."""
+    if len(attrs) > MAX_ATTRS:
+        return False
+    for key, item in attrs.items():
+        if key not in _VALID_NAMES:
+            return False
+        kind = type(item)
+        if kind is float:
+            if not -_LARGEST <= item <= _LARGEST:
+                return False
+        elif kind is str:
+            if len(item) > MAX_STRING_LENGTH:
+                return False
+        elif not (kind is int or kind is bool or item is None):
+            return False
+    return True
+
+
+def _checked_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None) -> Event:
     if type(obj) is not dict:
         obj = _expect_object(obj, "")
     if not _EVENT_FIELDS.issuperset(obj):
@@ -376,12 +421,12 @@ def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None) ->
         # a character is at most 4 bytes of UTF-8: only long lines need encoding to measure
         if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
             raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
-        return parse_event(_decode_event(raw), streams)
+        return _event(_decode_event(raw), streams, decoded=True)
     if isinstance(raw, (bytes, bytearray)):
         if len(raw) > MAX_LINE_BYTES:
             raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
-        return parse_event(_decode_event(raw), streams)
-    return parse_event(raw, streams)
+        return _event(_decode_event(raw), streams, decoded=True)
+    return _event(raw, streams, decoded=False)
 
 
 def parse_event_line(line: str | bytes, streams: Streams | None = None) -> Event:

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from penumbra import events as events_module
 from penumbra.errors import ValidationError
 from penumbra.events import (
-    Streams, event_to_json, loads, parse_event, parse_event_line, parse_events, parse_streams, read_events)
+    MAX_ATTRS, Streams, event_to_json, loads, parse_event, parse_event_line, parse_events, parse_streams, read_events)
 from penumbra.timestamps import Histogram, Interval
 
 STREAMS = {"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]},
@@ -321,3 +321,50 @@ def test_names_seen_are_remembered_within_a_bound(streams):
     events, rejected = parse_events(lines, streams)
     assert len(events) == len(lines) and not rejected
     assert len(events_module._VALID_NAMES) <= events_module._MAX_VALID_NAMES
+
+
+def read_with(reader):
+    """What ``reader()`` gives: the event and its attributes' types, or the error."""
+    try:
+        e = reader()
+    except ValidationError as error:
+        return "rejected", error.field, error.message
+    return "event", e, {key: type(value) for key, value in e.attrs.items()}
+
+
+near_numbers = st.sampled_from([0, 1, 2.5, -3.0, True, None, "1", 10 ** 400, -(10 ** 400), 1e308, -1e308,
+                                float("nan"), float("inf"), np.float64(2.0)])
+near_scalars = st.sampled_from([1, 2.5, True, None, "s", "x" * 5000, [1], {"a": 1}, float("nan"), float("-inf"),
+                                10 ** 30, np.int64(3)])
+near_events = st.fixed_dictionaries(
+    {"stream": st.sampled_from(["seismic", "acoustic", "A", "bad name", 3, None, "x" * 200]),
+     "id": st.sampled_from(["a", "", "x" * 300, 5, None]),
+     "ts": st.one_of(st.fixed_dictionaries({"lo": near_numbers, "hi": near_numbers}),
+                     st.fixed_dictionaries({"lo": near_numbers, "hi": near_numbers, "pmf": st.just([1.0])}),
+                     st.sampled_from([[0, 1], None, {"lo": 1}, {"lo": 1, "high": 2}]))},
+    optional={"attrs": st.one_of(st.dictionaries(st.sampled_from(["v", "w", "bad key", "fresh_name"]), near_scalars,
+                                                 max_size=3),
+                                 st.sampled_from([[], None, "s", {f"k{n}": n for n in range(MAX_ATTRS + 1)}])),
+              "extra": st.just(1)})
+
+
+@settings(max_examples=500, deadline=None)
+@given(near_events)
+def test_the_common_shape_reads_as_the_full_checks_read_it(obj):
+    """An event of the common shape, or one that just misses it, is accepted or refused (with
+    the same field and words) as the full checks alone accept or refuse it."""
+    streams = parse_streams(STREAMS)
+    fast = read_with(lambda: parse_event(obj, streams))
+    with mock.patch.object(events_module, "_event", lambda raw, streams, decoded: events_module._checked_event(raw, streams)):
+        full = read_with(lambda: parse_event(obj, streams))
+    assert fast == full
+    if fast[0] == "event":
+        assert type(fast[1].ts) is Interval and type(fast[1].ts.lo) is float
+
+
+def test_attributes_of_a_caller_object_are_copied(streams):
+    obj = event(attrs={"v": 1})
+    e = parse_event(obj, streams)
+    again = parse_event(obj, streams)
+    obj["attrs"]["v"] = 2
+    assert e.attrs["v"] == 1 and again.attrs["v"] == 1
