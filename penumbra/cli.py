@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"events per block (micro-batch); default {DEFAULT_BLOCK}, or the job's own with "
                           f"--engine spark")
     run.add_argument("--stats", action="store_true", help="print counters instead of matches")
+    # `penumbra up` parses its own options (backend/up.py): everything after `up` goes there
+    up = commands.add_parser("up", help="start Redis, the Spark job and the API on this machine (up --help)",
+                             add_help=False, prefix_chars="\0")
+    up.add_argument("options", nargs="*")
     return parser
 
 
@@ -143,9 +147,21 @@ def _eval_spark(args: argparse.Namespace, text: str, streams: Streams) -> int:
     return 0
 
 
+def _up(options: list[str]) -> int:
+    """``penumbra up``: imported only here, so that ``eval`` needs neither FastAPI nor pyspark."""
+    try:
+        from backend.up import main as up
+    except ImportError as error:
+        raise UsageError(f"up needs the service and Spark extras (pip install 'penumbra[spark,service]'): "
+                         f"{error}") from None
+    return up(options)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
+        if args.command == "up":
+            return _up(args.options)
         return _eval(args)
     except UsageError as error:
         print(f"penumbra: error: {error}".replace("\n", " "), file=sys.stderr)

@@ -1,0 +1,565 @@
+"""``penumbra up``: the whole of Penumbra on this machine, from one command.
+
+Three children, each in its own process group, each with its log under
+``$PENUMBRA_HOME/var/log/``, all listening on 127.0.0.1 only:
+
+- ``redis-server`` with Penumbra's own configuration (``var/redis/redis.conf``, written at
+  each start: loopback, AOF on, data in ``var/redis``) on ``PENUMBRA_REDIS_PORT``, unless
+  ``PENUMBRA_REDIS_URL`` names a Redis to use;
+- the Spark job (``python -m spark_jobs``: local mode unless ``PENUMBRA_SPARK_MASTER``
+  names a cluster), its checkpoint in ``var/checkpoint``;
+- the API (uvicorn serving ``backend.create_app``) on ``PENUMBRA_PORT``.
+
+While they start, it prints what it waits for (Redis answering PING, the job's heartbeat
+in ``pn:job`` saying its streaming query runs, ``/api/health`` answering), then the URL and
+the admin token. A child that dies is reported and started again after a back-off; after
+``PENUMBRA_UP_RESTARTS`` failures of one child in a row it gives up, stops the rest and
+exits with status 1. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the job (SIGTERM:
+it stops between micro-batches and keeps its checkpoint), then Redis (``SHUTDOWN SAVE``);
+the next ``penumbra up`` on the same home resumes from the same checkpoint and data.
+
+Hooks for more (a demo's simulated sensors and example queries): a :class:`Supervisor`
+runs whatever :class:`Child` processes its ``children`` hold, and calls each of its
+``on_ready`` callables once everything is up. docs/up.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import io
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+import redis
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Child", "Supervisor", "UpSettings", "api_app", "main"]
+
+LOOPBACK = "127.0.0.1"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: seconds between two looks at the children
+POLL_SECONDS = 0.25
+#: seconds between two progress lines while something is still starting
+PROGRESS_SECONDS = 10.0
+#: a child ready for this long has its failures forgotten: the next death is a first one
+STABLE_SECONDS = 60.0
+#: seconds before the n-th restart in a row (the last one repeats)
+BACKOFF_SECONDS = (1, 2, 4, 8, 16, 30)
+#: seconds the API and Redis have to stop before SIGKILL
+API_STOP_SECONDS = 15.0
+REDIS_STOP_SECONDS = 60.0
+
+
+class UpSettings(BaseSettings):
+    """What ``penumbra up`` starts and where: environment variables with the ``PENUMBRA_`` prefix.
+
+    >>> UpSettings(home="/srv/penumbra").redis_data
+    PosixPath('/srv/penumbra/var/redis')
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
+
+    home: Path = Field(default_factory=Path.cwd,
+                       description="base folder of var/: Redis data, the job's checkpoint, logs (default: the current folder)")
+    port: int = Field(8000, ge=1, le=65535, description="port of the API on 127.0.0.1")
+    redis_port: int = Field(6380, ge=1, le=65535, description="port of the redis-server that up starts, on 127.0.0.1")
+    redis_url: str | None = Field(None, description="a running Redis to use instead of starting one")
+    spark_master: str | None = Field(None, description="spark://host:port of a standalone cluster (unset: local[2])")
+    up_start_timeout: float = Field(600.0, gt=0, description="seconds a child has to get ready before up gives up")
+    up_stop_timeout: float = Field(120.0, gt=0,
+                                   description="seconds the job has to finish its micro-batch and stop before SIGKILL")
+    up_restarts: int = Field(5, ge=1, description="failures of one child in a row before up gives up")
+
+    @property
+    def var(self) -> Path:
+        return self.home.absolute() / "var"
+
+    @property
+    def logs(self) -> Path:
+        return self.var / "log"
+
+    @property
+    def redis_data(self) -> Path:
+        return self.var / "redis"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+def settings_help() -> str:
+    """The settings, as ``penumbra up --help`` lists them."""
+    rows = []
+    for name, info in UpSettings.model_fields.items():
+        default = info.get_default(call_default_factory=False)
+        shown = "" if default is None or info.default_factory is not None else f" (default {default:g})"
+        rows.append(f"  PENUMBRA_{name.upper():<20} {info.description}{shown}")
+    return "\n".join([
+        "settings (environment variables):", *rows,
+        f"  {'PENUMBRA_ADMIN_TOKEN':<29} the first admin token (unset: one is generated at the first start",
+        f"  {'':<29} and printed once; Redis keeps only its hash)",
+        "",
+        "Every other PENUMBRA_ setting reaches the API (docs/service.md) and the job (docs/pipeline.md).",
+        "Files: var/redis (Redis data, AOF), var/checkpoint (the job's), var/log/{redis,job,api}.log.",
+        "Ctrl-C or SIGTERM stops everything; the next `penumbra up` on the same home resumes.",
+    ])
+
+
+def _die_with_parent() -> None:
+    """In a child before exec: SIGTERM when `penumbra up` itself dies, even by SIGKILL."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+@dataclass
+class Child:
+    """One supervised process: started in its own process group (so a terminal's Ctrl-C
+    reaches only `penumbra up`, which stops the children in order), its output appended
+    to ``log``; ``probe`` says whether it is ready; ``terminate`` asks it to stop."""
+
+    name: str
+    title: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str]
+    cwd: Path
+    probe: Callable[[Child], bool]
+    waiting_for: str
+    stop_seconds: float
+    terminate: Callable[[Child], None] | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    started: float = 0.0
+    ready_at: float | None = None
+    failures: int = 0
+    restart_at: float = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            log.write(f"--- penumbra up: starting {self.title} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
+        self.started = time.monotonic()
+        self.ready_at = None
+
+    def reap(self) -> None:
+        """After its leader exited: SIGKILL to what is left of its group (the job's JVM)."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.process = None
+
+    def stop(self, hurry: Callable[[], bool]) -> str:
+        """Ask it to stop; SIGKILL its group after ``stop_seconds`` or when ``hurry()``.
+        Returns how it went, for the report."""
+        if not self.alive:
+            self.reap()
+            return "not running"
+        started = time.monotonic()
+        try:
+            (self.terminate or Child.sigterm)(self)
+        except (OSError, redis.RedisError):
+            Child.sigterm(self)
+        deadline = started + self.stop_seconds
+        while self.process.poll() is None and time.monotonic() < deadline and not hurry():
+            time.sleep(0.05)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            how = f"killed (SIGKILL) after {time.monotonic() - started:.1f} s"
+        else:
+            how = f"stopped in {time.monotonic() - started:.1f} s"
+        self.reap()
+        return how
+
+    @staticmethod
+    def sigterm(child: Child) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, signal.SIGTERM)
+
+    def tail(self, lines: int = 3) -> list[str]:
+        try:
+            with open(self.log, "rb") as handle:
+                handle.seek(max(0, os.fstat(handle.fileno()).st_size - 8192))
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def redis_config(settings: UpSettings) -> str:
+    """Penumbra's redis.conf: loopback only, AOF on (fsync every second) with RDB snapshots besides."""
+    def quoted(path: Path) -> str:
+        return json.dumps(str(path), ensure_ascii=False)
+
+    return "\n".join([
+        "# Penumbra's Redis: written by `penumbra up` at each start (PENUMBRA_REDIS_PORT, PENUMBRA_HOME)",
+        f"bind {LOOPBACK}", "protected-mode yes", f"port {settings.redis_port}",
+        f"dir {quoted(settings.redis_data)}", f"logfile {quoted(settings.logs / 'redis.log')}",
+        "daemonize no", "appendonly yes", "appendfsync everysec", "save 3600 1 300 100 60 10000", ""])
+
+
+def _redis_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LOOPBACK, port))
+            return False
+        except OSError:
+            return True
+
+
+def _masked(url: str) -> str:
+    """A Redis URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
+
+
+class Supervisor:
+    """Starts the children, watches them, restarts the ones that die, stops them in order."""
+
+    def __init__(self, settings: UpSettings, out: TextIO | None = None):
+        from spark_jobs.store import Keys
+
+        from .config import Settings
+
+        self.settings = settings
+        self.out = out or sys.stdout
+        self.service_settings = Settings(redis_url=settings.redis_url or f"redis://{LOOPBACK}:{settings.redis_port}/0",
+                                         port=settings.port, host=LOOPBACK)
+        self.redis_url = self.service_settings.redis_url
+        self.keys = Keys(self.service_settings.redis_prefix)
+        self.client = _redis_client(self.redis_url)
+        self.redis: Child | None = None if settings.redis_url else self._redis_child()
+        self.children: list[Child] = [c for c in (self.redis, self._job_child(), self._api_child()) if c is not None]
+        #: called once, when every child is first ready
+        self.on_ready: list[Callable[[], None]] = []
+        self.admin_note: str | None = None
+        self.stopping = False
+        self.hurry = False
+
+    # ---- the children
+
+    def _env(self) -> dict[str, str]:
+        path = os.environ.get("PYTHONPATH")
+        return {**os.environ, "PENUMBRA_HOME": str(self.settings.home.absolute()), "PENUMBRA_REDIS_URL": self.redis_url,
+                "PENUMBRA_PORT": str(self.settings.port), "PENUMBRA_HOST": LOOPBACK, "SPARK_LOCAL_IP": LOOPBACK,
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": str(PROJECT_ROOT) + (os.pathsep + path if path else "")}
+
+    def _redis_child(self) -> Child:
+        binary = shutil.which("redis-server") or "redis-server"
+        conf = self.settings.redis_data / "redis.conf"
+
+        def shutdown_save(child: Child) -> None:
+            self.client.shutdown(save=True)
+
+        return Child("redis", f"redis-server on {LOOPBACK}:{self.settings.redis_port}", [binary, str(conf)],
+                     self.settings.logs / "redis.log", self._env(), self.settings.redis_data,
+                     probe=lambda child: self._ping(), waiting_for="Redis to answer PING",
+                     stop_seconds=REDIS_STOP_SECONDS, terminate=shutdown_save)
+
+    def _job_child(self) -> Child:
+        master = self.settings.spark_master or "local[2]"
+        return Child("job", f"the Spark job ({master})", [sys.executable, "-m", "spark_jobs"],
+                     self.settings.logs / "job.log", self._env(), self.settings.var,
+                     probe=self._job_running, waiting_for=f"the Spark job's heartbeat in {self.keys.heartbeat}",
+                     stop_seconds=self.settings.up_stop_timeout)
+
+    def _api_child(self) -> Child:
+        argv = [sys.executable, "-m", "uvicorn", "backend.up:api_app", "--factory", "--host", LOOPBACK,
+                "--port", str(self.settings.port), "--ws-per-message-deflate", "false", "--no-access-log",
+                "--timeout-graceful-shutdown", "10", "--log-level", "info"]
+        return Child("api", f"the API on {self.settings.api_url}", argv, self.settings.logs / "api.log", self._env(),
+                     self.settings.var, probe=self._api_answers, waiting_for="the API to answer /api/health",
+                     stop_seconds=API_STOP_SECONDS)
+
+    # ---- readiness
+
+    def _ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except redis.RedisError:
+            return False
+
+    def _job_running(self, child: Child) -> bool:
+        """The heartbeat of this child's job says its streaming query is active."""
+        try:
+            beat = self.client.hgetall(self.keys.heartbeat)
+        except redis.RedisError:
+            return False
+        return beat.get(b"pid") == str(child.pid).encode() and beat.get(b"active") == b"1"
+
+    def _api_answers(self, child: Child) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.settings.api_url}/api/health", timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # 503 while Redis is away: the API itself is up
+        except OSError:
+            return False
+
+    def _bootstrap_admin(self) -> bool:
+        """The first admin token, made here (not by the API) so that up can print it."""
+        from .security import Role, TokenStore
+
+        token = self.service_settings.admin_token
+        store = TokenStore(self.client, self.keys)
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # the store announces it; up prints it itself
+                generated = store.bootstrap(token.get_secret_value() if token else None)
+            has_admin = any(r["role"] == Role.admin.name for r in store.records())
+        except redis.RedisError:
+            return False
+        if token:
+            self.admin_note = "the value of PENUMBRA_ADMIN_TOKEN"
+        elif generated:
+            self.admin_note = f"{generated}\n               (generated now and shown only this once: keep it)"
+        elif has_admin:
+            self.admin_note = ("the one printed at the first start (Redis keeps only its hash); to add "
+                               "another, start with PENUMBRA_ADMIN_TOKEN=<a new secret>")
+        else:
+            self.admin_note = f"being generated by another process; see {self.settings.logs / 'api.log'}"
+        return True
+
+    # ---- running
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _signal(self, signum, frame) -> None:
+        if self.stopping:
+            self.hurry = True
+            self.say(f"up: {signal.Signals(signum).name} again: killing what is left")
+        else:
+            self.stopping = True
+            self.say(f"up: {signal.Signals(signum).name}: stopping (a second one kills at once)")
+
+    def _check_ports(self) -> str | None:
+        if port_in_use(self.settings.port):
+            return f"port {self.settings.port} on {LOOPBACK} is in use: set PENUMBRA_PORT to a free port"
+        if self.redis is not None and port_in_use(self.settings.redis_port):
+            return (f"port {self.settings.redis_port} on {LOOPBACK} is in use: set PENUMBRA_REDIS_PORT to a free "
+                    f"port, or PENUMBRA_REDIS_URL to use the Redis there")
+        return None
+
+    def run(self) -> int:
+        """Everything until a signal (0), a usage problem (2) or a child up gave up on (1)."""
+        self.settings.logs.mkdir(parents=True, exist_ok=True)
+        lock = open(self.settings.var / "up.lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            self.say(f"penumbra up: error: another penumbra up runs on {self.settings.home} "
+                     f"(pid {lock.read().strip() or '?'})")
+            lock.close()
+            return 2
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        handlers = {s: signal.signal(s, self._signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            problem = self._check_ports()
+            if problem:
+                self.say(f"penumbra up: error: {problem}")
+                return 2
+            if self.redis is not None:
+                self.settings.redis_data.mkdir(parents=True, exist_ok=True)
+                (self.settings.redis_data / "redis.conf").write_text(redis_config(self.settings))
+            self.say(f"penumbra up: home {self.settings.home.absolute()}, logs in {self.settings.logs}")
+            code = self._supervise()
+            self._stop_all()
+            self.say("penumbra up: stopped" if code == 0 else "penumbra up: stopped after a failure")
+            return code
+        finally:
+            if any(c.alive for c in self.children):
+                self.hurry = True
+                self._stop_all()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            self.client.close()
+            lock.close()
+
+    def _supervise(self) -> int:
+        began = time.monotonic()
+        next_progress = began + PROGRESS_SECONDS
+        announced = False
+        if self.redis is None:
+            self.say(f"redis: using {_masked(self.redis_url)}")
+        while not self.stopping:
+            now = time.monotonic()
+            # the job and the API start once Redis answers and the admin token is settled
+            if self.admin_note is None and (self.redis is None or self.redis.ready_at is not None):
+                if not self._bootstrap_admin() and self.redis is None and now - began > self.settings.up_start_timeout:
+                    self.say(f"penumbra up: error: no Redis answers at {_masked(self.redis_url)}")
+                    return 1
+            for child in self.children:
+                if child.process is None:
+                    if now >= child.restart_at and (child is self.redis or self.admin_note is not None):
+                        child.start()
+                        self.say(f"{child.name}: starting {child.title}, pid {child.pid}, log {child.log}")
+                    continue
+                code = child.process.poll()
+                if code is not None:
+                    if not self._died(child, code, now):
+                        return 1
+                elif child.ready_at is None:
+                    if child.probe(child):
+                        child.ready_at = now
+                        self.say(f"{child.name}: ready in {now - child.started:.1f} s")
+                    elif now - child.started > self.settings.up_start_timeout:
+                        self.say(f"{child.name}: not ready after {self.settings.up_start_timeout:g} s; giving up; "
+                                 f"last lines of {child.log}:")
+                        self._say_tail(child)
+                        return 1
+                elif child.failures and now - child.ready_at >= STABLE_SECONDS:
+                    child.failures = 0
+            if not announced and all(c.ready_at is not None for c in self.children):
+                announced = True
+                self._announce(now - began)
+                for hook in self.on_ready:
+                    hook()
+            elif not announced and now >= next_progress:
+                next_progress = now + PROGRESS_SECONDS
+                waiting = [c.waiting_for for c in self.children if c.process is not None and c.ready_at is None]
+                if self.admin_note is None and self.redis is None:
+                    waiting.append(f"Redis at {_masked(self.redis_url)}")
+                if waiting:
+                    self.say(f"up: waiting for {', '.join(waiting)} ({now - began:.0f} s)")
+            time.sleep(POLL_SECONDS)
+        return 0
+
+    def _say_tail(self, child: Child) -> None:
+        for line in child.tail():
+            self.say(f"    | {line}")
+
+    def _died(self, child: Child, code: int, now: float) -> bool:
+        """Report a child that died and plan its restart; False when up gives up on it."""
+        pid, uptime = child.pid, now - child.started
+        child.reap()
+        child.failures += 1
+        self.say(f"{child.name}: {child.title} (pid {pid}) {describe_exit(code)} after {uptime:.1f} s; "
+                 f"last lines of {child.log}:")
+        self._say_tail(child)
+        if child.failures >= self.settings.up_restarts:
+            self.say(f"{child.name}: failed {child.failures} times in a row (each within {STABLE_SECONDS:g} s of "
+                     f"getting ready, or before): giving up; see {child.log}")
+            return False
+        delay = BACKOFF_SECONDS[min(child.failures, len(BACKOFF_SECONDS)) - 1]
+        child.restart_at = now + delay
+        self.say(f"{child.name}: restarting in {delay} s (failure {child.failures} of "
+                 f"{self.settings.up_restarts} in a row)")
+        return True
+
+    def _announce(self, seconds: float) -> None:
+        url = self.settings.api_url
+        self.say("")
+        self.say(f"Penumbra is up (in {seconds:.0f} s).")
+        self.say(f"  url          {url}/docs   (the API and its documentation; health at {url}/api/health)")
+        self.say(f"  admin token  {self.admin_note}")
+        self.say(f"  data         {self.settings.var} (checkpoint/, redis/, log/)")
+        self.say("Ctrl-C stops everything; the next `penumbra up` resumes where this one stopped.")
+        self.say("")
+
+    def _stop_all(self) -> None:
+        """The API first (no new requests), then the job, then Redis: each keeps what it must."""
+        for child in reversed(self.children):
+            if child.process is None:
+                continue
+            pid = child.pid
+            how = child.stop(lambda: self.hurry)
+            self.say(f"{child.name}: {child.title} (pid {pid}) {how}")
+
+
+def api_app():
+    """The API as ``penumbra up`` serves it (``uvicorn backend.up:api_app --factory``)."""
+    from . import Settings, create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return create_app(Settings())
+
+
+def _parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="penumbra up", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help(),
+        description="Start Penumbra on this machine: redis-server (unless PENUMBRA_REDIS_URL names one), "
+                    "the Spark job and the API, all on 127.0.0.1; print the URL and the admin token; "
+                    "restart what dies; stop everything on Ctrl-C or SIGTERM, keeping the data.")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _parser().parse_args(argv)
+    try:
+        settings = UpSettings()
+    except ValidationError as error:
+        problems = "; ".join(f"PENUMBRA_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
+        print(f"penumbra up: error: {problems}", file=sys.stderr)
+        return 2
+    if settings.redis_url is None and shutil.which("redis-server") is None:
+        print("penumbra up: error: redis-server is not installed (make setup installs it), "
+              "or set PENUMBRA_REDIS_URL", file=sys.stderr)
+        return 2
+    return Supervisor(settings).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
