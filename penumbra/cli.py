@@ -81,21 +81,25 @@ def _eval(args: argparse.Namespace) -> int:
         operator = compile_query(text, streams)
     except PenumbraError as error:
         raise UsageError(f"query: {error}") from None
+    # the events read live until the end: read with the garbage collector off, then frozen,
+    # they are never scanned by it (else its first collection after reading would scan every
+    # one of them, and so would each full collection while the operator runs)
+    gc.disable()
     try:
         events, rejected = load_events(args.events, streams)
     except OSError as error:
         raise UsageError(f"cannot read events file {args.events!r}: {error.strerror}") from None
     except UnicodeDecodeError as error:
         raise UsageError(f"{args.events}: not UTF-8 text ({error.reason})") from None
+    finally:
+        gc.freeze()
+        gc.enable()
     if rejected:
         first = rejected[0]
         more = f" (and {len(rejected) - 1} more bad lines)" if len(rejected) > 1 else ""
         raise UsageError(f"{args.events}:{first.line}: {first.error}{more}")
     if args.engine == "spark":
         return _eval_spark(args, text, streams)
-    # the events read live until the end: frozen, they are not scanned again by every
-    # collection of the garbage collector while the operator runs
-    gc.freeze()
 
     started = time.perf_counter()
     out = sys.stdout
