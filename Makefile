@@ -17,9 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[spark,service,test,bench]'
 	touch $(STAMP)
 
+# Penumbra itself: redis-server, the Spark job and the API on 127.0.0.1 (docs/up.md); Ctrl-C stops it
 run: setup
-	$(BIN)/penumbra eval --query "$$(cat examples/seismic/query.pq)" \
-	    --streams examples/seismic/streams.json --events examples/seismic/events.jsonl
+	$(BIN)/penumbra up
 
 test: setup
 	$(BIN)/python -m pytest
