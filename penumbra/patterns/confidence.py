@@ -42,7 +42,7 @@ MEMO_SIZE = 1 << 15
 Member = tuple[int, int, tuple[float, ...] | None]
 #: A weight with the first and last point of positive mass (``None`` without any).
 Weighed = tuple[float, int | None, int | None]
-#: Per gap, the excluders that can fall in it (``None``: skip till any match).
+#: Per gap, the excluders that can fall in it (``None``: none in any gap, as for skip till any match).
 Excluders = list[tuple[GridEvent, ...]] | None
 
 
@@ -74,10 +74,14 @@ def chain_confidence(events: Sequence[GridEvent], vlb: Sequence[int], vub: Seque
     fall in two gaps (Eq. 4) sends the match to the dynamic programme.
     """
     length = len(events)
-    excluders = _gap_excluders(vlb, vub, gaps) if gaps else None
-    if gaps and excluders is None:
-        return dynamic_programme(events, vlb, vub, window, gaps)
-    if not any(excluders or ()) and vub[-1] - vlb[0] < window:
+    excluders = None
+    if gaps:
+        excluders = _gap_excluders(vlb, vub, gaps)
+        if excluders is None:
+            return dynamic_programme(events, vlb, vub, window, gaps)
+        if not any(excluders):
+            excluders = None
+    if excluders is None and vub[-1] - vlb[0] < window:
         confidence = 1.0
         for j, event in enumerate(events):
             if not event.uniform or (j and vub[j - 1] >= vlb[j]):

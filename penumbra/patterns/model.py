@@ -74,7 +74,7 @@ def to_grid(event: Event, unit: float) -> GridEvent:
         raise ValidationError("ts", "a pattern query reads an interval {lo, hi[, pmf]}, "
                               "not a histogram timestamp")
     first = ts.lo / unit
-    if abs(first - round(first)) > 1e-9 * max(1.0, abs(first)):
+    if not first.is_integer() and abs(first - round(first)) > 1e-9 * max(1.0, abs(first)):
         raise ValidationError("ts.lo", f"{ts.lo!r} is not on the query's grid of step {unit!r}")
     if ts.pmf is None and unit == 1.0 and ts.hi.is_integer():
         return GridEvent(event.stream, event.id, event.attrs, int(ts.lo), int(ts.hi))

@@ -213,11 +213,16 @@ class PatternOperator(Operator):
                 f"start at or after now.lower - U_max - D, and after the last heartbeat)")
 
     def _route(self, items: list[tuple[GridEvent, int]]) -> None:
+        items.sort(key=lambda item: (item[0].lo, item[1]))
         by_partition: dict[Any, list[tuple[GridEvent, int]]] = {}
-        for event, j in sorted(items, key=lambda item: (item[0].lo, item[1])):
-            key = self.pattern.partition_of(event, j)
-            if key is not None:
-                by_partition.setdefault(key, []).append((event, j))
+        if self.query.partition is None:
+            if items:
+                by_partition[()] = items
+        else:
+            for event, j in items:
+                key = self.pattern.partition_of(event, j)
+                if key is not None:
+                    by_partition.setdefault(key, []).append((event, j))
         if self.key_group is not None:
             owned = {key: items for key, items in by_partition.items() if self.key_group.owns((key,))}
             self.counts["other_group"] += sum(map(len, by_partition.values())) - sum(map(len, owned.values()))
@@ -261,8 +266,9 @@ class PatternOperator(Operator):
         pattern, unit, threshold = self.pattern, self.unit, self.threshold
         window = pattern.window
         variables = pattern.variables
+        names = [v for v in variables if v in self.query.returns]
+        every = len(names) == len(variables)
         returned = [j for j, v in enumerate(variables) if v in self.query.returns]
-        names = [variables[j] for j in returned]
         kept = 0
         for match in found:
             gaps = self._excluders(engine, match) if pattern.next_match else None
@@ -275,8 +281,8 @@ class PatternOperator(Operator):
                 continue
             kept += 1
             events = match.events
-            emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
-                            (first * unit, last * unit))
+            ids = [e.id for e in events] if every else [events[j].id for j in returned]
+            emitted = Match(dict(zip(names, ids)), confidence, (first * unit, last * unit))
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))
