@@ -215,7 +215,8 @@ class Child:
         while self.process.poll() is None and time.monotonic() < deadline and not hurry():
             time.sleep(0.05)
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
             how = f"killed (SIGKILL) after {time.monotonic() - started:.1f} s"
         else:
@@ -309,7 +310,9 @@ class Supervisor:
         conf = self.settings.redis_data / "redis.conf"
 
         def shutdown_save(child: Child) -> None:
-            self.client.shutdown(save=True)
+            with redis.Redis.from_url(self.redis_url, socket_timeout=REDIS_STOP_SECONDS,
+                                      socket_connect_timeout=2) as client:
+                client.shutdown(save=True)
 
         return Child("redis", f"redis-server on {LOOPBACK}:{self.settings.redis_port}", [binary, str(conf)],
                      self.settings.logs / "redis.log", self._env(), self.settings.redis_data,

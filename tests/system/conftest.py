@@ -1,0 +1,148 @@
+"""Fixtures of the system tests: ``penumbra up`` as a real subprocess.
+
+Every process a run starts carries the run's ``PENUMBRA_HOME`` in its environment (the
+supervisor passes its own on) or works in a folder under it, so :func:`processes_of` finds
+all of them from ``/proc``, the JVM included, without asking ``penumbra up``; cleanup
+stops each one by its pid, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def processes_of(home: Path) -> set[int]:
+    """Pids of the live processes whose environment holds ``PENUMBRA_HOME=home`` or whose
+    working folder is inside ``home`` (redis-server writes its title over its environment)."""
+    marker = f"PENUMBRA_HOME={home}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ours = (marker in (entry / "environ").read_bytes().split(b"\0")
+                    or Path(os.readlink(entry / "cwd")).is_relative_to(home))
+        except OSError:
+            continue
+        if ours and alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+class Up:
+    """One ``penumbra up`` (``python -m penumbra up``) with its output collected line by line."""
+
+    def __init__(self, home: Path, env: dict[str, str]):
+        self.home = home
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self.process = subprocess.Popen([sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env, text=True,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float, start: int = 0) -> re.Match:
+        """The first line from ``start`` on matching ``pattern``; fails after ``timeout`` or if up exits first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines[start:]:
+                    found = re.search(pattern, line)
+                    if found:
+                        return found
+                if self.process.poll() is not None and self.process.stdout.closed:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 1.0))
+        pytest.fail(f"no line matching {pattern!r} within {timeout:g} s (up exit code {self.process.poll()}); "
+                    f"output:\n{self.output}\n{self.logs()}")
+
+    def logs(self, lines: int = 15) -> str:
+        out = []
+        for log in sorted((self.home / "var" / "log").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def terminate(self, timeout: float) -> int:
+        """SIGTERM to up itself; its exit code (fails if it does not exit in time)."""
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"penumbra up did not exit within {timeout:g} s of SIGTERM:\n{self.output}")
+
+    def kill_everything(self) -> None:
+        """Cleanup: SIGTERM to up, then SIGKILL to every process of this home, by pid."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(150)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in processes_of(self.home):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.process.poll() is None:
+            self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def start_up():
+    """``start_up(home, env)`` starts ``penumbra up``; everything it started is stopped
+    when the module's tests are done (they may share one run), also after a failure."""
+    started: list[Up] = []
+
+    def start(home: Path, env: dict[str, str]) -> Up:
+        up = Up(home, env)
+        started.append(up)
+        return up
+
+    yield start
+    for up in started:
+        up.kill_everything()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def http(base: str) -> httpx.Client:
+    return httpx.Client(base_url=base, timeout=30.0)

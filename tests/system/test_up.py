@@ -1,0 +1,332 @@
+"""``penumbra up``: the whole system as a user runs it, checked through Redis and REST.
+
+The slow scenario runs in steps on one home: a first start (health, the job's
+heartbeat, the printed token), a match flowing from REST through the real Spark job,
+SIGTERM (every process gone, exit 0), a second start on the same home (same token,
+query, checkpoint and data; the job carries on), and kill -9 of the job (reported and
+restarted). Each step needs the ones before it and is skipped when one failed.
+
+The fast tests drive :class:`backend.up.Supervisor` with small stand-in children: a
+child that dies is restarted, one that keeps dying is given up on, a Redis named by
+``PENUMBRA_REDIS_URL`` is used as it is; and ``penumbra eval --engine local`` imports
+neither pyspark nor FastAPI.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from backend.security import Role, TokenStore
+from backend.up import Child, Supervisor, UpSettings
+from penumbra.engine import compile_query
+from penumbra.events import Streams, parse_event
+from spark_jobs.redis_server import RedisServer, free_port
+from spark_jobs.store import Keys
+from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of
+
+#: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
+START_TIMEOUT = 300.0
+STOP_TIMEOUT = 240.0
+MATCH_TIMEOUT = 240.0
+JOIN = "SELECT * FROM upA A, upB B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+QUERY_ID = "up-join"
+EXAMPLE = ROOT / "examples" / "seismic"
+KEYS = Keys()
+
+
+def pair(n: int) -> list[dict]:
+    """Two overlapping events, one per side of the join, at time 1000 n: a sure match."""
+    return [{"stream": "upa", "id": f"a{n}", "ts": {"lo": 1000.0 * n, "hi": 1000.0 * n + 10}},
+            {"stream": "upb", "id": f"b{n}", "ts": {"lo": 1000.0 * n + 5, "hi": 1000.0 * n + 15}}]
+
+
+def local_matches(events: list[dict]) -> list[dict]:
+    """The same events through the core's operator, in one block, for comparison."""
+    operator = compile_query(JOIN, Streams())
+    found = operator.feed([parse_event(e) for e in events]).matches
+    return [m.to_json() for m in found] + [m.to_json() for m in operator.flush().matches]
+
+
+@dataclass
+class Scenario:
+    home: Path
+    port: int
+    redis_port: int
+    env: dict[str, str]
+    start_up: object
+    runs: list[Up] = field(default_factory=list)
+    done: set[str] = field(default_factory=set)
+    token: str = ""
+    job_id: str = ""
+    batches: int = -1
+
+    @property
+    def up(self) -> Up:
+        return self.runs[-1]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Up:
+        self.runs.append(self.start_up(self.home, self.env))
+        return self.up
+
+    def needs(self, *steps: str) -> None:
+        missing = [s for s in steps if s not in self.done]
+        if missing:
+            pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory, start_up) -> Scenario:
+    home = tmp_path_factory.mktemp("up-home")
+    port = free_port()
+    redis_port = free_port()
+    while redis_port == port:
+        redis_port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PENUMBRA_REDIS_URL", "PENUMBRA_ADMIN_TOKEN", "PENUMBRA_SPARK_MASTER", "PENUMBRA_CHECKPOINT")}
+    env.update({"PENUMBRA_HOME": str(home), "PENUMBRA_PORT": str(port), "PENUMBRA_REDIS_PORT": str(redis_port),
+                "PYTHONPATH": str(ROOT)})
+    return Scenario(home, port, redis_port, env, start_up)
+
+
+def wait_ready(up: Up) -> str:
+    """Until up prints its URL; the URL."""
+    return up.wait_for(r"^\s+url\s+(http://\S+)/docs", START_TIMEOUT).group(1)
+
+
+def wait_matches(scenario: Scenario, count: int) -> list[dict]:
+    """Until the query has ``count`` matches over REST; they, oldest first."""
+    deadline = time.monotonic() + MATCH_TIMEOUT
+    with http(scenario.base) as client:
+        while True:
+            answer = client.get(f"/api/queries/{QUERY_ID}/matches", headers=bearer(scenario.token))
+            assert answer.status_code == 200, answer.text
+            items = answer.json()["items"]
+            if len(items) >= count:
+                return [{"events": m["events"], "prob": m["prob"]} for m in reversed(items)]
+            assert scenario.up.process.poll() is None, scenario.up.output
+            if time.monotonic() > deadline:
+                pytest.fail(f"{len(items)} of {count} matches after {MATCH_TIMEOUT:g} s\n{scenario.up.logs()}")
+            time.sleep(0.5)
+
+
+def post_events(scenario: Scenario, events: list[dict]) -> None:
+    with http(scenario.base) as client:
+        answer = client.post("/api/events", json=events, headers=bearer(scenario.token))
+    assert answer.status_code == 202 and answer.json()["accepted"] == len(events), answer.text
+
+
+def heartbeat(scenario: Scenario) -> dict[str, str]:
+    with scenario.redis() as client:
+        return {k.decode(): v.decode() for k, v in client.hgetall(KEYS.heartbeat).items()}
+
+
+@pytest.mark.slow
+def test_first_up_starts_redis_the_job_and_the_api(scenario):
+    up = scenario.start()
+    assert wait_ready(up) == scenario.base
+    scenario.token = up.wait_for(r"^\s+admin token\s+(pn_\S+)", 5).group(1)
+    with http(scenario.base) as client:
+        health = client.get("/api/health")
+        me = client.get("/api/me", headers=bearer(scenario.token))
+    assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+    assert health.json()["job"]["alive"] and health.json()["job"]["active"]
+    assert me.status_code == 200 and me.json()["role"] == "admin"
+    with scenario.redis() as client:
+        config = client.config_get("*")
+        redis_pid = client.info("server")["process_id"]
+    assert (config["appendonly"], config["bind"], config["dir"]) == (
+        "yes", "127.0.0.1", str(scenario.home / "var" / "redis"))
+    beat = heartbeat(scenario)
+    assert beat["active"] == "1"
+    scenario.job_id = beat["job"]
+    assert json.loads((scenario.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"] == beat["job"]
+    # each child leads its own process group, apart from up's
+    for pid in (redis_pid, int(beat["pid"])):
+        assert pid in processes_of(scenario.home) and os.getpgid(pid) == pid != os.getpgid(up.process.pid)
+    assert {p.name for p in (scenario.home / "var" / "log").iterdir()} >= {"redis.log", "job.log", "api.log"}
+    scenario.done.add("up")
+
+
+@pytest.mark.slow
+def test_a_match_flows_from_rest_through_the_job(scenario):
+    scenario.needs("up")
+    with http(scenario.base) as client:
+        answer = client.post("/api/queries", json={"text": JOIN, "id": QUERY_ID}, headers=bearer(scenario.token))
+    assert answer.status_code == 201, answer.text
+    post_events(scenario, pair(1))
+    assert wait_matches(scenario, 1) == local_matches(pair(1))
+    with scenario.redis() as client:
+        scenario.batches = int(client.hget(KEYS.batches, scenario.job_id))
+    scenario.done.add("match")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_process_and_keeps_the_data(scenario):
+    scenario.needs("up")
+    up = scenario.up
+    children = processes_of(scenario.home) - {up.process.pid}
+    job_pid = int(heartbeat(scenario)["pid"])
+    with scenario.redis() as client:
+        redis_pid = client.info("server")["process_id"]
+    assert {job_pid, redis_pid} <= children and len(children) >= 4  # redis, job, its JVM, API
+    assert up.terminate(STOP_TIMEOUT) == 0, up.output
+    assert [pid for pid in children if alive(pid)] == []
+    assert processes_of(scenario.home) == set()
+    assert (scenario.home / "var" / "redis" / "appendonlydir").is_dir()
+    assert (scenario.home / "var" / "checkpoint" / "spark" / "commits").is_dir()
+    scenario.done.add("stopped")
+
+
+@pytest.mark.slow
+def test_a_second_up_resumes_with_the_same_token_query_and_checkpoint(scenario):
+    scenario.needs("up", "match", "stopped")
+    up = scenario.start()
+    wait_ready(up)
+    assert "pn_" not in up.wait_for(r"^\s+admin token\s+(.*)", 5).group(1)  # no new token
+    with http(scenario.base) as client:
+        query = client.get(f"/api/queries/{QUERY_ID}", headers=bearer(scenario.token))
+        tokens = client.get("/api/tokens", headers=bearer(scenario.token))
+    assert query.status_code == 200 and query.json()["text"] == JOIN, query.text
+    assert tokens.status_code == 200 and [t["role"] for t in tokens.json()["items"]] == ["admin"], tokens.text
+    beat = heartbeat(scenario)
+    assert beat["job"] == scenario.job_id and beat["active"] == "1"
+    post_events(scenario, pair(2))
+    assert wait_matches(scenario, 2) == local_matches(pair(1) + pair(2))
+    with scenario.redis() as client:
+        assert int(client.hget(KEYS.batches, scenario.job_id)) > scenario.batches
+    scenario.done.add("resumed")
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_reported_and_restarted(scenario):
+    scenario.needs("resumed")
+    up = scenario.up
+    old = int(heartbeat(scenario)["pid"])
+    mark = len(up.lines)
+    os.kill(old, signal.SIGKILL)
+    up.wait_for(rf"^job: .*\(pid {old}\) was killed by SIGKILL", 30, start=mark)
+    up.wait_for(r"^job: restarting in \d+ s", 5, start=mark)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        beat = heartbeat(scenario)
+        if beat.get("pid") not in (None, str(old)) and beat.get("active") == "1":
+            break
+        assert up.process.poll() is None, up.output
+        assert time.monotonic() < deadline, f"no new job within {START_TIMEOUT:g} s\n{up.output}\n{up.logs()}"
+        time.sleep(0.5)
+    assert not alive(old) and int(beat["pid"]) in processes_of(scenario.home)
+    assert beat["job"] == scenario.job_id
+    post_events(scenario, pair(3))
+    assert wait_matches(scenario, 3) == local_matches(pair(1) + pair(2) + pair(3))
+    children = processes_of(scenario.home) - {up.process.pid}
+    assert up.terminate(STOP_TIMEOUT) == 0, up.output
+    assert [pid for pid in children if alive(pid)] == [] and processes_of(scenario.home) == set()
+
+
+# ---- fast tests
+
+
+def test_eval_local_imports_neither_pyspark_nor_fastapi():
+    args = ["--query", (EXAMPLE / "query.pq").read_text(), "--streams", str(EXAMPLE / "streams.json"),
+            "--events", str(EXAMPLE / "events.jsonl")]
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "penumbra", "eval", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip(), "the example has matches"
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in run.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "penumbra" in imported and "numpy" in imported
+    assert imported.isdisjoint({"pyspark", "fastapi", "starlette", "uvicorn", "backend", "spark_jobs"})
+
+
+def test_up_help_lists_its_settings():
+    run = subprocess.run([sys.executable, "-m", "penumbra", "up", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for name in ("PENUMBRA_HOME", "PENUMBRA_PORT", "PENUMBRA_REDIS_PORT", "PENUMBRA_REDIS_URL",
+                 "PENUMBRA_SPARK_MASTER", "PENUMBRA_ADMIN_TOKEN", "PENUMBRA_UP_START_TIMEOUT",
+                 "PENUMBRA_UP_STOP_TIMEOUT", "PENUMBRA_UP_RESTARTS"):
+        assert name in run.stdout
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    server = RedisServer(folder=tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def stand_in(name: str, code: str, folder: Path, ready: str | None = None) -> Child:
+    """A small Python child running ``code`` in ``folder``; ready once ``folder / ready`` exists."""
+    return Child(name, f"the {name} stand-in", [sys.executable, "-c", code], folder / f"{name}.log",
+                 dict(os.environ), folder, probe=lambda child: ready is not None and (folder / ready).exists(),
+                 waiting_for=f"the {name} stand-in", stop_seconds=10.0)
+
+
+def supervisor(tmp_path: Path, redis_url: str, **settings) -> tuple[Supervisor, io.StringIO]:
+    out = io.StringIO()
+    up = Supervisor(UpSettings(home=tmp_path, port=free_port(), redis_url=redis_url, **settings), out=out)
+    return up, out
+
+
+def test_a_child_that_dies_is_restarted_and_the_named_redis_is_used(tmp_path, redis_server, monkeypatch):
+    monkeypatch.delenv("PENUMBRA_ADMIN_TOKEN", raising=False)
+    flaky = ("import pathlib, sys, time\n"
+             "if not pathlib.Path('died').exists():\n"
+             "    pathlib.Path('died').touch(); sys.exit(3)\n"
+             "pathlib.Path('ready').touch(); time.sleep(120)\n")
+    up, out = supervisor(tmp_path, redis_server.url)
+    up.children = [stand_in("flaky", flaky, tmp_path, ready="ready")]
+    pids = []
+
+    def stop_when_ready() -> None:
+        pids.append(up.children[0].pid)
+        up.stopping = True
+
+    up.on_ready.append(stop_when_ready)
+    started = time.monotonic()
+    assert up.run() == 0, out.getvalue()
+    assert time.monotonic() - started < 30
+    text = out.getvalue()
+    assert re.search(r"^flaky: .* exited with status 3 after", text, re.M), text
+    assert re.search(r"^flaky: restarting in 1 s \(failure 1 of 5 in a row\)", text, re.M), text
+    assert pids and not alive(pids[0])
+    # the Redis named by the URL holds the generated admin token; up started none of its own
+    token = re.search(r"^\s+admin token\s+(pn_\S+)", text, re.M).group(1)
+    client = redis.Redis.from_url(redis_server.url)
+    assert TokenStore(client, KEYS).check(token).role == Role.admin
+    client.close()
+    assert not (tmp_path / "var" / "redis").exists()
+
+
+def test_a_child_that_keeps_dying_is_given_up_on(tmp_path, redis_server):
+    up, out = supervisor(tmp_path, redis_server.url, up_restarts=3)
+    up.children = [stand_in("broken", "raise SystemExit(3)", tmp_path)]
+    started = time.monotonic()
+    assert up.run() == 1, out.getvalue()
+    assert time.monotonic() - started < 30
+    text = out.getvalue()
+    assert len(re.findall(r"^broken: .* exited with status 3", text, re.M)) == 3, text
+    assert re.search(r"^broken: failed 3 times in a row .*giving up", text, re.M), text
+    assert "Penumbra is up" not in text
