@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend.up import Child
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -52,14 +54,15 @@ def alive(pid: int) -> bool:
 
 
 class Up:
-    """One ``penumbra up`` (``python -m penumbra up``) with its output collected line by line."""
+    """One ``penumbra up`` (``python -m penumbra up``, or ``argv``) with its output collected line by line."""
 
-    def __init__(self, home: Path, env: dict[str, str]):
+    def __init__(self, home: Path, env: dict[str, str], argv: list[str] | None = None):
         self.home = home
         self.lines: list[str] = []
         self._changed = threading.Condition()
-        self.process = subprocess.Popen([sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(argv or [sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env,
+                                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -130,8 +133,8 @@ def start_up():
     when the module's tests are done (they may share one run), also after a failure."""
     started: list[Up] = []
 
-    def start(home: Path, env: dict[str, str]) -> Up:
-        up = Up(home, env)
+    def start(home: Path, env: dict[str, str], argv: list[str] | None = None) -> Up:
+        up = Up(home, env, argv)
         started.append(up)
         return up
 
@@ -146,3 +149,10 @@ def bearer(token: str) -> dict[str, str]:
 
 def http(base: str) -> httpx.Client:
     return httpx.Client(base_url=base, timeout=30.0)
+
+
+def stand_in(name: str, code: str, folder: Path, ready: str | None = None) -> Child:
+    """A small Python child running ``code`` in ``folder``; ready once ``folder / ready`` exists."""
+    return Child(name, f"the {name} stand-in", [sys.executable, "-c", code], folder / f"{name}.log",
+                 dict(os.environ), folder, probe=lambda child: ready is not None and (folder / ready).exists(),
+                 waiting_for=f"the {name} stand-in", stop_seconds=10.0)

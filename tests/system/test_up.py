@@ -8,17 +8,21 @@ restarted). Each step needs the ones before it and is skipped when one failed.
 
 The fast tests drive :class:`backend.up.Supervisor` with small stand-in children: a
 child that dies is restarted, one that keeps dying is given up on, a Redis named by
-``PENUMBRA_REDIS_URL`` is used as it is; and ``penumbra eval --engine local`` imports
-neither pyspark nor FastAPI.
+``PENUMBRA_REDIS_URL`` is used as it is, Ctrl-C stops the children and exits 0, the
+children do not outlive a killed supervisor, a busy port and a second supervisor on the
+same home are refused; and ``penumbra eval --engine local`` imports neither pyspark nor
+FastAPI.
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,12 +33,12 @@ import pytest
 import redis
 
 from backend.security import Role, TokenStore
-from backend.up import Child, Supervisor, UpSettings
+from backend.up import Supervisor, UpSettings
 from penumbra.engine import compile_query
 from penumbra.events import Streams, parse_event
 from spark_jobs.redis_server import RedisServer, free_port
 from spark_jobs.store import Keys
-from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of
+from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of, stand_in
 
 #: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
 START_TIMEOUT = 300.0
@@ -269,19 +273,12 @@ def test_up_help_lists_its_settings():
 
 
 @pytest.fixture
-def redis_server(tmp_path):
-    server = RedisServer(folder=tmp_path / "redis").start()
+def redis_server(tmp_path_factory):
+    server = RedisServer(folder=tmp_path_factory.mktemp("redis")).start()
     try:
         yield server
     finally:
         server.stop()
-
-
-def stand_in(name: str, code: str, folder: Path, ready: str | None = None) -> Child:
-    """A small Python child running ``code`` in ``folder``; ready once ``folder / ready`` exists."""
-    return Child(name, f"the {name} stand-in", [sys.executable, "-c", code], folder / f"{name}.log",
-                 dict(os.environ), folder, probe=lambda child: ready is not None and (folder / ready).exists(),
-                 waiting_for=f"the {name} stand-in", stop_seconds=10.0)
 
 
 def supervisor(tmp_path: Path, redis_url: str, **settings) -> tuple[Supervisor, io.StringIO]:
@@ -330,3 +327,64 @@ def test_a_child_that_keeps_dying_is_given_up_on(tmp_path, redis_server):
     assert len(re.findall(r"^broken: .* exited with status 3", text, re.M)) == 3, text
     assert re.search(r"^broken: failed 3 times in a row .*giving up", text, re.M), text
     assert "Penumbra is up" not in text
+
+
+#: ``penumbra up`` with one stand-in child: argv home, API port, Redis URL
+SUPERVISE_A_SLEEPER = """
+import sys
+from pathlib import Path
+from backend.up import Supervisor, UpSettings
+from tests.system.conftest import stand_in
+home = Path(sys.argv[1])
+up = Supervisor(UpSettings(home=home, port=int(sys.argv[2]), redis_url=sys.argv[3]))
+up.children = [stand_in("sleeper", "import pathlib, time; pathlib.Path('ready').touch(); time.sleep(300)",
+                        home, ready="ready")]
+sys.exit(up.run())
+"""
+
+
+def supervise_a_sleeper(start_up, home: Path, redis_url: str) -> tuple[Up, set[int]]:
+    """Such a supervisor as a subprocess, once up; it and the pids of its children."""
+    env = {**os.environ, "PENUMBRA_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    up = start_up(home, env, [sys.executable, "-c", SUPERVISE_A_SLEEPER, str(home), str(free_port()), redis_url])
+    up.wait_for(r"^Penumbra is up", 60)
+    children = processes_of(home) - {up.process.pid}
+    assert children, up.output
+    return up, children
+
+
+def test_ctrl_c_stops_the_children_and_exits_0(tmp_path, redis_server, start_up):
+    up, children = supervise_a_sleeper(start_up, tmp_path, redis_server.url)
+    os.kill(up.process.pid, signal.SIGINT)
+    assert up.process.wait(30) == 0, up.output
+    assert [pid for pid in children if alive(pid)] == []
+    assert re.search(r"^sleeper: the sleeper stand-in \(pid \d+\) stopped in", up.output, re.M), up.output
+
+
+def test_the_children_do_not_outlive_a_killed_up(tmp_path, redis_server, start_up):
+    up, children = supervise_a_sleeper(start_up, tmp_path, redis_server.url)
+    os.kill(up.process.pid, signal.SIGKILL)
+    up.process.wait(10)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in children if alive(pid)] == []
+
+
+def test_a_port_in_use_is_named_with_its_setting(tmp_path, redis_server):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        out = io.StringIO()
+        up = Supervisor(UpSettings(home=tmp_path, port=taken.getsockname()[1], redis_url=redis_server.url), out=out)
+        assert up.run() == 2
+    assert "PENUMBRA_PORT" in out.getvalue() and "in use" in out.getvalue()
+
+
+def test_one_up_per_home(tmp_path, redis_server):
+    (tmp_path / "var").mkdir()
+    with open(tmp_path / "var" / "up.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        up, out = supervisor(tmp_path, redis_server.url)
+        assert up.run() == 2
+    assert "another penumbra up runs on" in out.getvalue()
