@@ -321,8 +321,10 @@ class Supervisor:
 
     def _job_child(self) -> Child:
         master = self.settings.spark_master or "local[2]"
+        # a log file is no console: no progress bars in it
+        env = {"PYSPARK_SUBMIT_ARGS": "--conf spark.ui.showConsoleProgress=false pyspark-shell", **self._env()}
         return Child("job", f"the Spark job ({master})", [sys.executable, "-m", "spark_jobs"],
-                     self.settings.logs / "job.log", self._env(), self.settings.var,
+                     self.settings.logs / "job.log", env, self.settings.var,
                      probe=self._job_running, waiting_for=f"the Spark job's heartbeat in {self.keys.heartbeat}",
                      stop_seconds=self.settings.up_stop_timeout)
 
