@@ -66,9 +66,10 @@ def chain_confidence(events: Sequence[GridEvent], vlb: Sequence[int], vub: Seque
     sweep over the points, one component at a time -- the mass of the partial point matches
     by their last point, extended by a prefix sum (the order ``t_j < t_{j+1}``). Under the
     window, the first piece's mass by first point meets the last piece's by last point in
-    one more prefix sum. What the sweeps do not cover -- a piece with excluders between its
-    points (Eq. 3), a pmf with zeros inside, the window within one piece -- is a *shape*:
-    positions relative to its first point, the pmf of each event that has one, the
+    one more prefix sum. Excluders between two points (Eq. 3) weigh a step by
+    ``P[no excluder in (t_j, t_{j+1})]``, still prefix sums (see :func:`_step`). What the
+    sweeps do not cover -- a pmf with zeros inside, the window within one piece -- is a
+    *shape*: positions relative to its first point, the pmf of each event that has one, the
     excluders. A shape is weighed by the dynamic programme once and remembered
     (:data:`MEMO_SIZE` shapes, the least recently used dropped first). An excluder that could
     fall in two gaps (Eq. 4) sends the match to the dynamic programme.
@@ -135,10 +136,9 @@ def _gap_excluders(vlb: Sequence[int], vub: Sequence[int], gaps: Gaps) -> list[t
     return out
 
 
-def _sweepable(members: list[Member], excluders: Excluders, piece: range) -> bool:
-    """No excluder between the piece's points and no zero inside a pmf of its events."""
-    return not (excluders and any(excluders[g] for g in piece[:-1])) and \
-        not any(members[j][2] is not None and 0.0 in members[j][2] for j in piece)
+def _sweepable(members: list[Member], piece: range) -> bool:
+    """No zero inside a pmf of the piece's events (the sweeps read a piece's range off its ends)."""
+    return not any(members[j][2] is not None and 0.0 in members[j][2] for j in piece)
 
 
 def _ramp_sum(low: int, high: int, cap: int) -> int:
@@ -149,8 +149,7 @@ def _ramp_sum(low: int, high: int, cap: int) -> int:
 
 
 def _weigh_piece(members: list[Member], excluders: Excluders, piece: range) -> Weighed:
-    """The weight of a piece (its points in order, no excluder between them) with its first
-    and last point."""
+    """The weight of a piece (its points in order) with its first and last point."""
     if len(piece) == 1:
         lo, hi, weights = members[piece[0]]
         if weights is None:
@@ -159,22 +158,55 @@ def _weigh_piece(members: list[Member], excluders: Excluders, piece: range) -> W
         if not positive:
             return 0.0, None, None
         return sum(weights), lo + positive[0], lo + positive[-1]
-    if not _sweepable(members, excluders, piece):
+    if not _sweepable(members, piece):
         return _weigh_memoised(members, excluders, list(piece), None)
     first_lo, first_hi, first_weights = members[piece[0]]
     last_lo, last_hi, last_weights = members[piece[-1]]
-    if len(piece) == 2 and first_weights is None and last_weights is None:
-        # t_2 in [vlb_2, vub_2] after each t_1: min(vub_2 - t_1, |[vlb_2, vub_2]|) choices
-        return float(_ramp_sum(last_hi - first_hi, last_hi - first_lo, last_hi - last_lo + 1)), first_lo, last_hi
-    mass, _ = _sweep_forward(members, piece)
-    return sum(mass), first_lo, last_hi
+    between = _between(excluders, piece)
+    if not any(between):
+        if len(piece) == 2 and first_weights is None and last_weights is None:
+            # t_2 in [vlb_2, vub_2] after each t_1: min(vub_2 - t_1, |[vlb_2, vub_2]|) choices
+            return float(_ramp_sum(last_hi - first_hi, last_hi - first_lo, last_hi - last_lo + 1)), first_lo, last_hi
+        mass, _ = _sweep_forward(members, piece, between)
+        return sum(mass), first_lo, last_hi
+    ends, end_lo = _sweep_forward(members, piece, between)
+    if not _may_empty(members, piece, between):
+        return sum(ends), first_lo, last_hi
+    # an excluder certain to fall between two points empties them: the range is read off the masses
+    starts, start_lo = _sweep_backward(members, piece, between)
+    first, last = _positive(starts), _positive(ends[::-1])
+    if first is None:
+        return 0.0, None, None
+    return sum(ends), start_lo + first, end_lo + len(ends) - 1 - last
+
+
+def _may_empty(members: list[Member], piece: range, between: list[tuple[Member, ...]]) -> bool:
+    """Whether an excluder can be certain to fall between two points of the piece: all of
+    its mass after the earliest point before the gap and before the latest point after it."""
+    for left, right, excluders in zip(piece, piece[1:], between):
+        earliest, latest = members[left][0], members[right][1]
+        for e_lo, _, weights in excluders:
+            positive = [k for k, w in enumerate(weights) if w > 0]
+            if positive and e_lo + positive[0] > earliest and e_lo + positive[-1] < latest:
+                return True
+    return False
+
+
+def _positive(mass: list[float]) -> int | None:
+    return next((k for k, m in enumerate(mass) if m > 0), None)
+
+
+def _between(excluders: Excluders, piece: Sequence[int]) -> list[tuple[Member, ...]]:
+    """The excluders in each gap of a piece, as the sweeps read them: support and pmf."""
+    return [tuple((e.lo, e.hi, tuple(e.probs.tolist())) for e in excluders[g]) if excluders else ()
+            for g in piece[:-1]]
 
 
 def _weigh_ends(members: list[Member], excluders: Excluders, head: range, tail: range, window: int) -> Weighed:
     """The first piece and the last weighed together under the window ``t_l - t_1 < W``:
     ``sum over t_1 of F(t_1) * (sum over t_l <= t_1 + W - 1 of L(t_l))``, with ``F`` the first
     piece's mass by first point and ``L`` the last piece's by last point."""
-    if head == tail or not _sweepable(members, excluders, head) or not _sweepable(members, excluders, tail):
+    if head == tail or not _sweepable(members, head) or not _sweepable(members, tail):
         joined = list(head) if head == tail else [*head, *tail]
         return _weigh_memoised(members, excluders, joined, window)
     if len(head) == 1 and len(tail) == 1 and members[head[0]][2] is None and members[tail[0]][2] is None:
@@ -185,8 +217,8 @@ def _weigh_ends(members: list[Member], excluders: Excluders, head: range, tail: 
         if not count:
             return 0.0, None, None
         return float(count), max(first_lo, last_lo - window + 1), min(last_hi, first_hi + window - 1)
-    starts, start_lo = _sweep_backward(members, head)
-    ends, end_lo = _sweep_forward(members, tail)
+    starts, start_lo = _sweep_backward(members, head, _between(excluders, head))
+    ends, end_lo = _sweep_forward(members, tail, _between(excluders, tail))
     before = list(itertools.accumulate(ends, initial=0.0))
     reach = window + start_lo - end_lo
     count = len(ends)
@@ -204,29 +236,67 @@ def _weigh_ends(members: list[Member], excluders: Excluders, head: range, tail: 
     return total, first, end_lo + max(k for k, mass in enumerate(reachable) if mass > 0)
 
 
-def _sweep_forward(members: list[Member], piece: Sequence[int]) -> tuple[list[float], int]:
+def _sweep_forward(members: list[Member], piece: Sequence[int], between: list[tuple[Member, ...]]
+                   ) -> tuple[list[float], int]:
     """Mass of the piece's point matches by their last point, and that point's first instant:
-    ``m_{j+1}(u) = p_{j+1}(u) * sum over t < u of m_j(t)`` (Algorithm 2, the start points
-    summed)."""
+    ``m_{j+1}(u) = p_{j+1}(u) * sum over t < u of m_j(t) * P[no excluder in (t, u)]``
+    (Algorithm 2, the start points summed; Eq. 3), ``between[k]`` the excluders between the
+    piece's ``k``-th point and the next (each can fall in that gap only)."""
     lo, hi, weights = members[piece[0]]
     mass = [1.0] * (hi - lo + 1) if weights is None else list(weights)
-    for j in piece[1:]:
+    for j, excluders in zip(piece[1:], between):
         following_lo, following_hi, weights = members[j]
-        before = list(itertools.accumulate(mass, initial=0.0))
-        count = len(mass)
-        mass = [before[min(max(u - lo, 0), count)] for u in range(following_lo, following_hi + 1)]
+        instants = range(following_lo, following_hi + 1)
+        mass = _step(mass, lo, instants, excluders)
         if weights is not None:
             mass = [m * w for m, w in zip(mass, weights)]
         lo = following_lo
     return mass, lo
 
 
-def _sweep_backward(members: list[Member], piece: Sequence[int]) -> tuple[list[float], int]:
+def _step(mass: list[float], lo: int, instants: range, excluders: tuple[Member, ...]) -> list[float]:
+    """``sum over t < u of mass(t) * prod over excluders e of P[e not in (t, u)]`` for each
+    ``u`` of ``instants``, ``mass`` given from ``lo``. An excluder avoids ``(t, u)`` when it
+    falls at or before ``t`` or at or after ``u``: ``A_e(t) + B_e(u)``. The product over the
+    excluders, expanded by which fall before and which after, is a sum of terms
+    ``prod A_e(t) * prod B_e(u)``, each one prefix sum over ``t``."""
+    count = len(mass)
+    if not excluders:
+        before = list(itertools.accumulate(mass, initial=0.0))
+        return [before[min(max(u - lo, 0), count)] for u in instants]
+    at_or_before, at_or_after = [], []
+    for e_lo, e_hi, weights in excluders:
+        below = list(itertools.accumulate(weights))
+        above = list(itertools.accumulate(weights[::-1]))[::-1]
+        at_or_before.append([below[min(t - e_lo, len(below) - 1)] if t >= e_lo else 0.0
+                             for t in range(lo, lo + count)])
+        at_or_after.append([above[max(u - e_lo, 0)] if u <= e_hi else 0.0 for u in instants])
+    reach = [min(max(u - lo, 0), count) for u in instants]
+    total = [0.0] * len(instants)
+    for falls_before in itertools.product((True, False), repeat=len(excluders)):
+        weighted = mass
+        for factors, before in zip(at_or_before, falls_before):
+            if before:
+                weighted = [m * a for m, a in zip(weighted, factors)]
+        prefix = list(itertools.accumulate(weighted, initial=0.0))
+        terms = [prefix[k] for k in reach]
+        for factors, before in zip(at_or_after, falls_before):
+            if not before:
+                terms = [t * b for t, b in zip(terms, factors)]
+        total = [x + t for x, t in zip(total, terms)]
+    return total
+
+
+def _sweep_backward(members: list[Member], piece: Sequence[int], between: list[tuple[Member, ...]]
+                    ) -> tuple[list[float], int]:
     """Mass of the piece's point matches by their first point, and that point's first instant:
-    the forward sweep of the mirrored piece (``t -> -t``, components in reverse order)."""
-    mirrored = [(-hi, -lo, None if weights is None else weights[::-1])
-                for lo, hi, weights in (members[j] for j in reversed(piece))]
-    mass, lo = _sweep_forward(mirrored, range(len(mirrored)))
+    the forward sweep of the mirrored piece (``t -> -t``, components and gaps in reverse order)."""
+    def mirror(lo: int, hi: int, weights: tuple[float, ...] | None) -> Member:
+        return -hi, -lo, None if weights is None else weights[::-1]
+
+    mirrored = [mirror(*members[j]) for j in reversed(piece)]
+    gaps = [tuple(mirror(*e) for e in excluders) for excluders in reversed(between)]
+    mass, lo = _sweep_forward(mirrored, range(len(mirrored)), gaps)
     return mass[::-1], -(lo + len(mass) - 1)
 
 

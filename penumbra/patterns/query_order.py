@@ -118,8 +118,8 @@ class SortedEngine(Engine):
                 if check_joins and not pattern.admits(dict(enumerate(partial.events)), j, event):
                     continue
                 if next_match:
-                    if lo > partial.events[-1].hi:
-                        partial.nelt = min(partial.nelt, hi)
+                    if lo > partial.events[-1].hi and hi < partial.nelt:
+                        partial.nelt = hi
                     if vlb > partial.nelt or vlb >= partial.vub[0] + window:
                         continue
                 # the vubs of a partial match increase strictly: the pass stops at the

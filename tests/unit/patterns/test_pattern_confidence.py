@@ -168,12 +168,12 @@ def test_disjoint_intervals_in_the_window_multiply():
 
 
 def test_shapes_are_remembered_wherever_they_lie():
-    """A piece with an excluder between its points is a shape: weighed once, then looked up,
-    at any offset; a uniform chain without excluders needs no memo at all."""
+    """A piece the window cuts, with an excluder between its points, is a shape: weighed once,
+    then looked up, at any offset; a chain the window does not cut needs no memo at all."""
     def weigh(offset):
-        chain = [grid_event("a", offset, None, 4), grid_event("b", offset + 9, None, 4)]
+        chain = [grid_event("a", offset, None, 9), grid_event("b", offset + 5, None, 9)]
         excluder = grid_event("x", offset + 3, None, 8)
-        return chain_confidence(chain, (offset, offset + 9), (offset + 4, offset + 13), 20, [[excluder]])
+        return chain_confidence(chain, (offset, offset + 5), (offset + 9, offset + 14), 10, [[excluder]])
 
     before = memo_counters()
     first = weigh(1000)
@@ -185,6 +185,7 @@ def test_shapes_are_remembered_wherever_they_lie():
     assert second[0] == first[0] and (second[1] - 4000, second[2] - 4000) == first[1:]
     chain = [grid_event("a", 0, None, 6), grid_event("b", 3, None, 6), grid_event("c", 5, None, 6)]
     chain_confidence(chain, (0, 3, 5), (6, 9, 11), 20)
+    chain_confidence(chain, (0, 3, 5), (6, 9, 11), 20, [[grid_event("x", 2, None, 3)], [grid_event("y", 4, None, 6)]])
     assert memo_counters() == after
     assert after["confidence_memo_shapes"] <= MEMO_SIZE
 
