@@ -293,7 +293,9 @@ class Supervisor:
         #: called once, when every child is first ready
         self.on_ready: list[Callable[[], None]] = []
         self.admin_note: str | None = None
+        #: set by a signal (``stop_signal`` names it), or by a hook; a second signal sets ``hurry``
         self.stopping = False
+        self.stop_signal: str | None = None
         self.hurry = False
 
     # ---- the children
@@ -390,12 +392,10 @@ class Supervisor:
         print(text, file=self.out, flush=True)
 
     def _signal(self, signum, frame) -> None:
-        if self.stopping:
-            self.hurry = True
-            self.say(f"up: {signal.Signals(signum).name} again: killing what is left")
-        else:
-            self.stopping = True
-            self.say(f"up: {signal.Signals(signum).name}: stopping (a second one kills at once)")
+        # flags only: printing from a handler could re-enter a print it interrupted
+        self.hurry = self.stopping
+        self.stopping = True
+        self.stop_signal = self.stop_signal or signal.Signals(signum).name
 
     def _check_ports(self) -> str | None:
         if port_in_use(self.settings.port):
@@ -432,6 +432,8 @@ class Supervisor:
                 (self.settings.redis_data / "redis.conf").write_text(redis_config(self.settings))
             self.say(f"penumbra up: home {self.settings.home.absolute()}, logs in {self.settings.logs}")
             code = self._supervise()
+            if self.stop_signal:
+                self.say(f"up: {self.stop_signal}: stopping (a second signal kills at once)")
             self._stop_all()
             self.say("penumbra up: stopped" if code == 0 else "penumbra up: stopped after a failure")
             return code
@@ -555,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _parser().parse_args(argv)
     try:
         settings = UpSettings()
+        supervisor = Supervisor(settings)
     except ValidationError as error:
         problems = "; ".join(f"PENUMBRA_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
         print(f"penumbra up: error: {problems}", file=sys.stderr)
@@ -563,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("penumbra up: error: redis-server is not installed (make setup installs it), "
               "or set PENUMBRA_REDIS_URL", file=sys.stderr)
         return 2
-    return Supervisor(settings).run()
+    return supervisor.run()
 
 
 if __name__ == "__main__":
