@@ -55,6 +55,7 @@ def build_session(settings: JobSettings) -> SparkSession:
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.executorEnv.PYTHONPATH", package_root)
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false"))
@@ -99,12 +100,12 @@ class Job:
         url = settings.redis_url
         entries = (self.spark.readStream.format("penumbra_ingest")
                    .option("url", url).option("prefix", keys.prefix)
-                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.readers).load())
+                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.read_partitions).load())
         routed = entries.mapInPandas(route(url, keys.prefix, groups), ROUTED)
         results = routed.groupBy("qid", "grp").transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen)
-        self.listener = _Metrics(url, keys)
+        self.listener = _Metrics(url, keys, sink)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
                   .option("checkpointLocation", str(settings.checkpoint_dir / "spark")))
@@ -148,8 +149,9 @@ class _Metrics(StreamingQueryListener):
     rates, lag behind the ingest stream (entries and seconds), state size, and the
     running totals of matches, rejected and late events."""
 
-    def __init__(self, url: str, keys: Keys):
+    def __init__(self, url: str, keys: Keys, sink: Sink):
         self.client = redis.Redis.from_url(url)
+        self.sink = sink
         self.keys = keys
         self.last: dict = {}
 
@@ -179,7 +181,8 @@ class _Metrics(StreamingQueryListener):
                 "lag_entries": behind, "lag_seconds": round(lag_seconds, 3),
                 "state_rows": state.numRowsTotal if state else 0, "state_bytes": state.memoryUsedBytes if state else 0,
                 "rejected_total": totals.get("rejected", 0), "late_total": totals.get("late", 0),
-                "matches_total": totals.get("matches", 0), "durations": dict(progress.durationMs)}
+                "matches_total": totals.get("matches", 0), "durations": dict(progress.durationMs),
+                "sink_ms": self.sink.timings.pop(progress.batchId, {})}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
             pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=100_000, approximate=True)
@@ -194,6 +197,8 @@ class _Metrics(StreamingQueryListener):
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # py4j logs every call between Python and the JVM at INFO
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = JobSettings()
     spark = build_session(settings)
     job = Job(spark, settings)

@@ -24,7 +24,7 @@ import redis
 from .redis_server import RedisServer
 from .store import Keys, Registry, append_events, end_of_input
 
-__all__ = ["JobProcess", "PipelineError", "evaluate"]
+__all__ = ["JobProcess", "PipelineError", "evaluate", "wait_for_mark", "wait_for_metrics"]
 
 QUERY_ID = "eval"
 
@@ -101,6 +101,23 @@ def wait_for_mark(client: redis.Redis, mark: bytes, job: JobProcess, timeout: fl
         time.sleep(0.1)
 
 
+def wait_for_metrics(client: redis.Redis, mark: bytes, job: JobProcess, timeout: float, keys: Keys = Keys()) -> str:
+    """Once the batch holding ``mark`` is written, until the job has also reported its
+    progress (metrics come from a listener, a little after the batch): that report's entry id."""
+    wait_for_mark(client, mark, job, timeout, keys)
+    batch = int(client.hget(keys.ended, mark))
+    deadline = time.monotonic() + timeout
+    while True:
+        last = client.xrevrange(keys.metrics, count=1)
+        if last and json.loads(last[0][1][b"metrics"])["batch"] >= batch:
+            return last[0][0].decode()
+        if not job.alive:
+            raise PipelineError(f"the Spark job stopped: {job.tail()}")
+        if time.monotonic() > deadline:
+            raise PipelineError(f"the Spark job reported no progress within {timeout:g} s: {job.tail()}")
+        time.sleep(0.05)
+
+
 def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int | None = None,
              timeout: float = 1800.0) -> tuple[list[dict], dict]:
     """The matches of ``text`` over the event ``lines`` from the Spark job, and figures
@@ -124,6 +141,7 @@ def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int 
         try:
             wait_for_mark(client, mark, job, timeout, keys)
             seconds = time.monotonic() - started
+            wait_for_metrics(client, mark, job, 60, keys)
         finally:
             job.stop()
         matches = [json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID))]

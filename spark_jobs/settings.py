@@ -32,7 +32,7 @@ class JobSettings(BaseSettings):
     max_rows_per_batch: int = Field(100_000, ge=1, description="admission control: ingest entries per micro-batch")
     shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions (small on one machine)")
     key_groups: int = Field(0, ge=0, description="key groups per query (0: twice the shuffle partitions)")
-    read_partitions: int = Field(0, ge=0, description="tasks reading one micro-batch (0: the shuffle partitions)")
+    read_partitions: int = Field(1, ge=1, description="tasks reading and routing one micro-batch")
     result_maxlen: int = Field(100_000, ge=1, description="entries kept in each result stream (MAXLEN ~)")
     dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
 
@@ -44,6 +44,3 @@ class JobSettings(BaseSettings):
     def groups(self) -> int:
         return self.key_groups or 2 * self.shuffle_partitions
 
-    @property
-    def readers(self) -> int:
-        return self.read_partitions or self.shuffle_partitions

@@ -39,6 +39,9 @@ class Sink:
         self.url, self.keys, self.job = url, keys, job
         self.result_maxlen, self.dead_maxlen = result_maxlen, dead_maxlen
         self._client: redis.Redis | None = None
+        #: per batch id, milliseconds of the plan's execution (read, route, state) and of the
+        #: Redis writes; the metrics listener takes them (the last few are kept)
+        self.timings: dict[int, dict[str, float]] = {}
 
     @property
     def client(self) -> redis.Redis:
@@ -52,7 +55,9 @@ class Sink:
         if committed is not None and batch_id <= int(committed):
             log.info("batch %d: already written, skipped", batch_id)
             return
+        started = time.perf_counter()
         rows = frame.toPandas()
+        executed = time.perf_counter()
         now = time.time()
         matches: dict[str, list] = defaultdict(list)
         observations: dict[str, dict[int, dict]] = defaultdict(dict)
@@ -113,5 +118,9 @@ class Sink:
             "batch": batch_id, "at": now, "matches": {q: len(m) for q, m in matches.items()},
             "observations": sorted(observations), "dead": len(dead)}))
         pipe.execute()
+        self.timings[batch_id] = {"sink_plan": round((executed - started) * 1000, 1),
+                                  "sink_redis": round((time.perf_counter() - executed) * 1000, 1)}
+        for old in [b for b in self.timings if b < batch_id - 16]:
+            del self.timings[old]
         log.info("batch %d: %d matches, %d dead letters written", batch_id,
                  sum(map(len, matches.values())), len(dead))

@@ -239,7 +239,11 @@ class Registry:
                         registry["queries"][subject]["updated"] = now
                     pipe.multi()
                     pipe.set(keys.version, version + 1)
-                    pipe.set(keys.registry_at(version + 1), json.dumps(registry), ex=VERSION_RETENTION_SECONDS)
+                    # the current version is kept while it is current; a superseded one as long as
+                    # a replayed micro-batch could still ask for it
+                    pipe.set(keys.registry_at(version + 1), json.dumps(registry))
+                    if version:
+                        pipe.expire(keys.registry_at(version), VERSION_RETENTION_SECONDS)
                     pipe.delete(keys.queries, keys.streams)
                     if registry["queries"]:
                         pipe.hset(keys.queries, mapping={q: json.dumps(e) for q, e in registry["queries"].items()})

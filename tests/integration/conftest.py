@@ -23,6 +23,7 @@ from spark_jobs.redis_server import RedisServer
 from spark_jobs.store import Keys, Registry, append_events, end_of_input
 
 JOB_SETTINGS = {"trigger_seconds": 0.1, "max_rows_per_batch": 300, "shuffle_partitions": 2, "key_groups": 4,
+                "read_partitions": 2,
                 "result_maxlen": 1_000_000}
 START_TIMEOUT = 240.0
 RUN_TIMEOUT = 300.0

@@ -36,7 +36,9 @@ def assert_equal(found: list[dict], expected: list[dict], label: str):
     assert expected, f"{label}: the workload should produce matches"
     counted = Counter(signature(m) for m in found)
     assert max(counted.values()) == 1, f"{label}: a match written twice"
-    assert set(counted) == {signature(m) for m in expected}, label
+    wanted = {signature(m) for m in expected}
+    assert set(counted) == wanted, (f"{label}: missing {sorted(wanted - set(counted))[:5]}, "
+                                    f"unexpected {sorted(set(counted) - wanted)[:5]}")
     probs = {signature(m): m["prob"] for m in expected}
     for m in found:
         assert abs(m["prob"] - probs[signature(m)]) <= 1e-12, (label, m)

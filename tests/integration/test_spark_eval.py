@@ -18,16 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
-def processes(names=("redis-server", "java")) -> set[int]:
-    """Process ids of running redis-servers and JVMs."""
+def processes(names=("redis-server", "java"), home="penumbra-eval-") -> set[int]:
+    """Process ids of the redis-servers and JVMs that an eval run started: their working
+    folder or arguments lie in its private home (other processes on the machine are not ours)."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
+                arguments = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                folder = os.readlink(f"/proc/{entry}/cwd")
             except OSError:
                 continue
-            if os.path.basename(command.decode(errors="replace")) in names:
+            name = os.path.basename(arguments[0].decode(errors="replace"))
+            if name in names and (home in folder or any(home.encode() in a for a in arguments)):
                 found.add(int(entry))
     return found
 

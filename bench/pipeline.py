@@ -1,0 +1,431 @@
+"""The Spark pipeline end to end on this machine: throughput, latency, and a plain-Spark peer.
+
+Every measurement has its own redis-server and job (``python -m spark_jobs``, local[2],
+as ``penumbra eval --engine spark`` starts it) on loopback, on the intrusion workload: seismic
+and acoustic detections with template delay histograms (examples/seismic/streams.json), a
+region key, real intrusions (a seismic and an acoustic detection close together) among
+background detections, arriving out of order within the streams' max delay; the keyed join
+``WINDOW(A, B) = 2000 AND A.region = B.region WITH THRESHOLD 0.6``.
+
+1. Throughput: N events wait in the ingest stream, then the job starts. Events/s over the
+   micro-batches that carried them (the first, which warms the Python workers up, apart),
+   and where a batch's time goes: Spark's stages (``durationMs``) and, inside the sink,
+   the plan's execution (read, route, state) against the Redis writes.
+2. Latency: the events fed at a fixed rate into a running job; a match's latency is the
+   time of its result entry minus the ingest time of the later of its two events (both
+   Redis stream ids: one clock). p50 and p99 per rate.
+3. Peer: what a Spark user writes without Penumbra, on the same events through the same
+   ingest source: ``from_json``, the two streams with watermarks, a stream-stream join on
+   region and detection times (every pair that can be within the window), and a Python UDF
+   giving each pair its exact probability with the core's ``p_within``, kept at the
+   threshold. The matched pairs are checked equal to Penumbra's; events/s in the same run.
+
+    .venv/bin/python bench/pipeline.py            # 200,000 events; latency 30 s per rate
+    .venv/bin/python bench/pipeline.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.report import Report  # noqa: E402
+from spark_jobs.oneshot import JobProcess, wait_for_mark, wait_for_metrics  # noqa: E402
+from spark_jobs.redis_server import RedisServer  # noqa: E402
+from spark_jobs.store import Keys, Registry, append_events, end_of_input  # noqa: E402
+
+STREAMS = json.loads((ROOT / "examples" / "seismic" / "streams.json").read_text())
+QUERY = "SELECT * FROM SEISMIC A, ACOUSTIC B WHERE WINDOW(A, B) = 2000 AND A.region = B.region WITH THRESHOLD 0.6"
+WINDOW, THRESHOLD = 2000, 0.6
+#: the widest template's span: a pair whose detections are further apart cannot be within the window
+SPAN = max(h["edges"][-1] - h["edges"][0] for s in STREAMS.values() for h in s["templates"].values())
+QUERY_ID = "intrusions"
+
+
+def intrusions(n: int, seed: int = 1, regions: int = 200, spacing: float = 200.0, pairs: float = 0.1) -> list[str]:
+    """``n`` detections (JSON lines) in arrival order: one every ``spacing`` ms on average,
+    a share ``pairs`` of them an intrusion (a seismic detection and an acoustic one up to
+    600 ms later, same region), each arriving up to 450 ms after its detection."""
+    rng = np.random.default_rng(seed)
+    detections: list[tuple[float, str, int]] = []
+    t = 0.0
+    while len(detections) < n:
+        t += rng.exponential(spacing)
+        region = int(rng.integers(0, regions))
+        if rng.random() < pairs:
+            detections += [(t, "seismic", region), (t + float(rng.uniform(0, 600)), "acoustic", region)]
+        else:
+            detections.append((t, "seismic" if rng.random() < 0.5 else "acoustic", region))
+    lines = []
+    for k, (detected, stream, region) in enumerate(detections[:n]):
+        template = ("s1", "s2")[k % 2] if stream == "seismic" else ("m1", "m2")[k % 2]
+        event = {"stream": stream, "id": f"{stream[0]}{k}", "ts": {"detected": round(detected), "template": template},
+                 "attrs": {"region": f"r{region}"}}
+        lines.append((detected + float(rng.uniform(0, 450)), json.dumps(event)))
+    return [line for _, line in sorted(lines)]
+
+
+def shifted(lines: list[str], prefix, offset: float) -> list[str]:
+    """``lines`` again as new events: ids prefixed, detection times moved by ``offset``."""
+    out = []
+    for line in lines:
+        event = json.loads(line)
+        event["id"] = f"{prefix}-{event['id']}"
+        event["ts"]["detected"] += round(offset)
+        out.append(json.dumps(event))
+    return out
+
+
+def job_settings(batch_rows: int) -> dict:
+    return {"trigger_seconds": 0, "max_rows_per_batch": batch_rows, "result_maxlen": 10_000_000,
+            "dead_maxlen": 1_000_000}
+
+
+def batch_metrics(client: redis.Redis, keys: Keys, after: str = "-") -> list[dict]:
+    """The job's per-batch metrics, after the entry id ``after``."""
+    start = after if after == "-" else f"({after}"
+    return [json.loads(fields[b"metrics"]) for _, fields in client.xrange(keys.metrics, start, "+")]
+
+
+def core_alone(lines: list[str], batch_rows: int) -> float:
+    """Events/s of the core on one core: parse and join the same events in blocks, no Spark, no Redis."""
+    from penumbra.engine import build_operator
+    from penumbra.events import parse_events, parse_streams
+    from penumbra.query import parse
+
+    streams = parse_streams(STREAMS)
+    operator = build_operator(parse(QUERY), streams)
+    started = time.perf_counter()
+    for first in range(0, len(lines), batch_rows):
+        events, _ = parse_events(lines[first:first + batch_rows], streams)
+        operator.feed(events)
+    operator.flush()
+    return len(lines) / (time.perf_counter() - started)
+
+
+def pairs_of(client: redis.Redis, keys: Keys) -> set[tuple[str, str]]:
+    return {(m["events"]["A"], m["events"]["B"])
+            for m in (json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID)))}
+
+
+def throughput(lines: list[str], batch_rows: int, home: Path) -> dict:
+    """The job over ``lines`` waiting in Redis: events/s and where the batches' time went."""
+    keys = Keys()
+    with RedisServer(home / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        registry = Registry(client, keys)
+        registry.put_streams(STREAMS)
+        registry.register(QUERY, query_id=QUERY_ID)
+        append_events(client, lines, keys)
+        mark = end_of_input(client, [QUERY_ID], keys)
+        job = JobProcess(home / "job", server.url, **job_settings(batch_rows)).start()
+        started = time.monotonic()
+        try:
+            wait_for_mark(client, mark, job, 3600, keys)
+            wall = time.monotonic() - started
+            wait_for_metrics(client, mark, job, 60, keys)
+        finally:
+            job.stop()
+        batches = [b for b in batch_metrics(client, keys) if b["rows"]]
+        pairs = pairs_of(client, keys)
+        client.close()
+    steady = batches[1:] or batches
+    seconds = sum(b["duration_ms"] for b in steady) / 1000
+    stages: dict[str, float] = {}
+    for b in steady:
+        for name, ms in {**b["durations"], **b.get("sink_ms", {})}.items():
+            stages[name] = stages.get(name, 0.0) + ms
+    return {"events": len(lines), "batches": len(batches), "first_batch_s": batches[0]["duration_ms"] / 1000,
+            "steady_events": sum(b["rows"] for b in steady), "steady_s": seconds,
+            "events_per_s": sum(b["rows"] for b in steady) / seconds, "wall_s": wall,
+            "stages_ms_per_batch": {k: v / len(steady) for k, v in sorted(stages.items())},
+            "matches": len(pairs), "pairs": pairs, "per_batch": [(b["rows"], b["duration_ms"]) for b in batches]}
+
+
+def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
+    """Feed ``lines`` at ``rate`` events/s for ``seconds`` into a running job; each match's
+    delay from the ingest of its later event to its result entry."""
+    keys = Keys()
+    count = min(len(lines), int(rate * seconds))
+    with RedisServer(home / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        registry = Registry(client, keys)
+        registry.put_streams(STREAMS)
+        registry.register(QUERY, query_id=QUERY_ID)
+        job = JobProcess(home / "job", server.url, **{**job_settings(100_000), "trigger_seconds": 0}).start()
+        try:
+            # warm up every worker with events of an hour before (ids "w-..."), left out of the figures
+            append_events(client, shifted(intrusions(2_000, seed=99), "w", -3_600_000), keys)
+            warmed = wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
+            ingested: dict[str, int] = {}
+            tick = 0.01
+            started = time.monotonic()
+            sent = 0
+            while sent < count:
+                due = min(count, int((time.monotonic() - started) * rate) + 1)
+                if due > sent:
+                    chunk = lines[sent:due]
+                    for line, entry in zip(chunk, append_events(client, chunk, keys)):
+                        ingested[json.loads(line)["id"]] = int(entry.split(b"-")[0])
+                    sent = due
+                else:
+                    time.sleep(tick)
+            feeding = time.monotonic() - started
+            wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
+        finally:
+            job.stop()
+        delays = []
+        for entry, fields in client.xrange(keys.matches(QUERY_ID)):
+            match = json.loads(fields[b"m"])
+            if any(e.startswith("w-") for e in match["events"].values()):
+                continue
+            later = max(ingested[e] for e in match["events"].values())
+            delays.append(int(entry.split(b"-")[0]) - later)
+        batches = [b for b in batch_metrics(client, keys, warmed) if b["rows"]]
+        client.close()
+    delays_s = np.array(delays) / 1000
+    return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays),
+            "p50_s": float(np.percentile(delays_s, 50)), "p99_s": float(np.percentile(delays_s, 99)),
+            "max_s": float(delays_s.max()), "delays_s": delays_s,
+            "batch_ms_p50": float(np.median([b["duration_ms"] for b in batches])),
+            "rows_per_batch_p50": float(np.median([b["rows"] for b in batches]))}
+
+
+def peer(lines: list[str], batch_rows: int, home: Path) -> dict:
+    """The plain Spark stream-stream join with a Python UDF, over the same ingest source."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType
+
+    from spark_jobs.job import build_session
+    from spark_jobs.settings import JobSettings
+
+    keys = Keys()
+    with RedisServer(home / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        append_events(client, lines, keys)
+        spark = build_session(JobSettings(home=home, redis_url=server.url))
+        try:
+            schema = ("stream string, id string, ts struct<detected: long, template: string>, "
+                      "attrs struct<region: string>")
+            entries = (spark.readStream.format("penumbra_ingest").option("url", server.url)
+                       .option("maxRows", batch_rows).option("parts", 2).load())
+            events = entries.select(F.from_json(F.col("data").cast("string"), schema).alias("e"),
+                                    F.col("data").cast("string").alias("line")).select("e.*", "line")
+            delay = f"{max(s['max_delay'] for s in STREAMS.values())} milliseconds"
+
+            def side(stream: str, role: str):
+                return (events.where(F.col("stream") == stream)
+                        .select(F.col("id").alias(f"{role}_id"), F.col("attrs.region").alias(f"{role}_region"),
+                                F.timestamp_millis(F.col("ts.detected")).alias(f"{role}_t"),
+                                F.col("line").alias(f"{role}_line"))
+                        .withWatermark(f"{role}_t", delay))
+
+            a, b = side("seismic", "a"), side("acoustic", "b")
+            reach = f"INTERVAL {(WINDOW + SPAN) / 1000} SECONDS"
+            candidates = a.join(b, F.expr(f"a_region = b_region AND b_t BETWEEN a_t - {reach} AND a_t + {reach}"))
+
+            def probability(line_a, line_b):
+                from penumbra.events import parse_event_line, parse_streams
+                from penumbra.probability import p_within
+                streams = parse_streams(STREAMS)
+                return p_within(parse_event_line(line_a, streams).ts, parse_event_line(line_b, streams).ts, WINDOW)
+
+            scored = candidates.withColumn("p", F.udf(probability, DoubleType())("a_line", "b_line"))
+            found: set[tuple[str, str]] = set()
+
+            def sink(frame, batch_id):
+                for row in frame.where(F.col("p") >= THRESHOLD).select("a_id", "b_id").collect():
+                    found.add((row.a_id, row.b_id))
+
+            query = (scored.writeStream.foreachBatch(sink)
+                     .option("checkpointLocation", str(home / "peer-checkpoint")).start())
+            started = time.monotonic()
+            # the self-join reads the source once per side: count entries by its offsets
+            while not query.lastProgress or _consumed(query.lastProgress) < len(lines):
+                if time.monotonic() - started > 3600:
+                    raise RuntimeError("the peer did not finish within an hour")
+                time.sleep(0.2)
+            wall = time.monotonic() - started
+            query.stop()
+            progress = [p for p in query.recentProgress if _consumed(p) > _consumed(p, "startOffset")]
+            batches = [(_consumed(p) - _consumed(p, "startOffset"), p.durationMs.get("triggerExecution", 0))
+                       for p in progress]
+        finally:
+            spark.stop()
+        client.close()
+    steady = batches[1:] or batches
+    seconds = sum(ms for _, ms in steady) / 1000
+    return {"events": len(lines), "batches": len(batches), "first_batch_s": batches[0][1] / 1000,
+            "steady_events": sum(rows for rows, _ in steady), "steady_s": seconds,
+            "events_per_s": sum(rows for rows, _ in steady) / seconds, "wall_s": wall,
+            "matches": len(found), "pairs": found}
+
+
+def soak(rate: int, minutes: float, home: Path, report: Report) -> list[dict]:
+    """The job fed at ``rate`` events/s for ``minutes``: per minute the lag, the batch times,
+    the state's size, the job's memory (every process of its group) and the matches."""
+    keys = Keys()
+    base = intrusions(max(10 * rate, 50_000))
+    span = max(json.loads(line)["ts"]["detected"] for line in base) + 10_000
+    with RedisServer(home / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        registry = Registry(client, keys)
+        registry.put_streams(STREAMS)
+        registry.register(QUERY, query_id=QUERY_ID)
+        job = JobProcess(home / "job", server.url, **job_settings(100_000)).start()
+        try:
+            wait_for_mark(client, end_of_input(client, [], keys), job, 600, keys)
+            report.say(f"soak: {rate:,} events/s for {minutes:g} min")
+            report.say("minute  fed        lag max s  batch p50 ms  batch max ms  state MB  job RSS MB  matches")
+            started, sent, round_, queue, minute, seen, rows = time.monotonic(), 0, 0, [], 0, "0-0", []
+            while time.monotonic() - started < minutes * 60:
+                due = int((time.monotonic() - started) * rate)
+                while sent < due:
+                    if not queue:
+                        queue, round_ = shifted(base, round_, round_ * span), round_ + 1
+                    chunk, queue = queue[:due - sent], queue[due - sent:]
+                    append_events(client, chunk, keys)
+                    sent += len(chunk)
+                if time.monotonic() - started >= (minute + 1) * 60:
+                    minute += 1
+                    batches = [json.loads(f[b"metrics"]) for _, f in client.xrange(keys.metrics, f"({seen}", "+")]
+                    seen = client.xrevrange(keys.metrics, count=1)[0][0].decode() if batches else seen
+                    durations = [b["duration_ms"] for b in batches] or [0]
+                    last = batches[-1] if batches else {}
+                    row = {"minute": minute, "fed": sent, "lag_s": max((b["lag_seconds"] for b in batches), default=0),
+                           "batch_p50_ms": float(np.median(durations)), "batch_max_ms": max(durations),
+                           "state_mb": last.get("state_bytes", 0) / 1e6, "rss_mb": _group_rss_mb(job.process.pid),
+                           "matches": last.get("matches_total", 0)}
+                    rows.append(row)
+                    report.say(f"{minute:>6}  {sent:>9,}  {row['lag_s']:>9.2f}  {row['batch_p50_ms']:>12,.0f}  "
+                               f"{row['batch_max_ms']:>12,}  {row['state_mb']:>8.1f}  {row['rss_mb']:>10,.0f}  "
+                               f"{row['matches']:>7,}")
+                time.sleep(0.01)
+        finally:
+            job.stop()
+        client.close()
+    return rows
+
+
+def _group_rss_mb(leader: int) -> float:
+    """Resident memory of every process in ``leader``'s process group (the job, its JVM, its Python workers)."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == leader:
+                total += int(fields[21]) * 4096
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e6
+
+
+def _consumed(progress, offset: str = "endOffset") -> int:
+    """Ingest entries consumed by the end (or start) of a micro-batch, the smallest over its sources."""
+    counts = [(json.loads(getattr(source, offset) or "null") or {}).get("n", 0) for source in progress.sources]
+    return min(counts, default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--batch-rows", type=int, default=20_000)
+    parser.add_argument("--seconds", type=float, default=30.0, help="latency: feeding time per rate")
+    parser.add_argument("--rates", default="1000,10000")
+    parser.add_argument("--peer-events", type=int, default=50_000)
+    parser.add_argument("--quick", action="store_true", help="small figures, a smoke run")
+    parser.add_argument("--soak", type=float, metavar="MINUTES", help="only a soak at --soak-rate (not for CI)")
+    parser.add_argument("--soak-rate", type=int, default=2_000)
+    args = parser.parse_args()
+    if args.soak:
+        report = Report("pipeline_soak", "The Spark pipeline under a steady load")
+        with tempfile.TemporaryDirectory(prefix="penumbra-soak-") as folder:
+            rows = soak(args.soak_rate, args.soak, Path(folder), report)
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        figure, (lag, memory) = plt.subplots(1, 2, figsize=(10, 4))
+        minutes = [r["minute"] for r in rows]
+        lag.plot(minutes, [r["lag_s"] for r in rows], marker=".")
+        lag.set(title="largest lag behind the ingest stream", xlabel="minute", ylabel="seconds")
+        memory.plot(minutes, [r["rss_mb"] for r in rows], marker=".", label="job processes, RSS")
+        memory.plot(minutes, [r["state_mb"] for r in rows], marker=".", label="state store")
+        memory.set(title="memory", xlabel="minute", ylabel="MB")
+        memory.legend()
+        report.save(figure)
+        return
+    if args.quick:
+        args.events, args.batch_rows, args.seconds, args.peer_events, args.rates = 4_000, 800, 3.0, 4_000, "1000"
+    name = "pipeline_quick" if args.quick else "pipeline"
+    report = Report(name, "The Spark pipeline end to end (local[2], Redis on loopback, this 2-core machine)")
+    lines = intrusions(max(args.events, args.peer_events, int(max(map(int, args.rates.split(","))) * args.seconds)))
+    with tempfile.TemporaryDirectory(prefix="penumbra-bench-") as folder:
+        home = Path(folder)
+        ours = throughput(lines[:args.events], args.batch_rows, home / "throughput")
+        report.say(f"intrusion workload: keyed join, {ours['matches'] / ours['events']:.3f} matches per event")
+        report.say(f"throughput: {ours['events']:,} events waiting, batches of {args.batch_rows:,} rows, "
+                   f"{ours['batches']} batches")
+        report.say(f"  first batch (Python workers start) {ours['first_batch_s']:.1f} s; then "
+                   f"{ours['steady_events']:,} events in {ours['steady_s']:.1f} s: "
+                   f"{ours['events_per_s']:,.0f} events/s (target 20,000)")
+        report.say(f"  wall from the job's start to the last batch: {ours['wall_s']:.1f} s")
+        report.say(f"  the core alone on the same events (parse and join, one process): "
+                   f"{core_alone(lines[:args.events], args.batch_rows):,.0f} events/s")
+        report.say("  per batch (ms): " + ", ".join(f"{k} {v:,.0f}" for k, v in ours["stages_ms_per_batch"].items()))
+        rated = []
+        for rate in map(int, args.rates.split(",")):
+            measured = latency(lines, rate, args.seconds, home / f"latency-{rate}")
+            rated.append(measured)
+            report.say(f"latency at {rate:,} events/s ({measured['events']:,} events fed at "
+                       f"{measured['achieved_rate']:,.0f}/s, {measured['matches']:,} matches): "
+                       f"p50 {measured['p50_s']:.2f} s, p99 {measured['p99_s']:.2f} s, max {measured['max_s']:.2f} s "
+                       f"(target p99 2 s); batches p50 {measured['batch_ms_p50']:,.0f} ms, "
+                       f"{measured['rows_per_batch_p50']:,.0f} rows")
+        # both in five batches or more: the first (workers starting) is left out of each figure
+        peer_rows = max(500, args.peer_events // 5)
+        theirs = peer(lines[:args.peer_events], peer_rows, home / "peer")
+        ours_on_peer = (ours if args.peer_events == args.events and peer_rows == args.batch_rows
+                        else throughput(lines[:args.peer_events], peer_rows, home / "throughput-peer-size"))
+        same = theirs["pairs"] == ours_on_peer["pairs"]
+        report.say(f"peer (Spark stream-stream join + Python UDF), {args.peer_events:,} events in batches of "
+                   f"{peer_rows:,}: "
+                   f"{theirs['events_per_s']:,.0f} events/s after its first batch; Penumbra on the same events "
+                   f"{ours_on_peer['events_per_s']:,.0f} events/s: {ours_on_peer['events_per_s'] / theirs['events_per_s']:.1f}x "
+                   f"(target 10x); matches: peer {theirs['matches']:,}, Penumbra {ours_on_peer['matches']:,}, "
+                   f"the same pairs: {same}")
+    plot(report, ours, rated, theirs, ours_on_peer)
+
+
+def plot(report: Report, ours: dict, rated: list[dict], theirs: dict, ours_on_peer: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
+    rows, ms = zip(*ours["per_batch"])
+    left.plot(range(len(rows)), np.array(rows) / (np.array(ms) / 1000), marker=".")
+    left.set(title="throughput per micro-batch", xlabel="batch", ylabel="events/s", yscale="log")
+    for measured in rated:
+        delays = np.sort(measured["delays_s"])
+        middle.plot(delays, np.linspace(0, 1, len(delays)), label=f"{measured['rate']:,} events/s")
+    middle.axvline(2.0, color="grey", linestyle="--", label="p99 target")
+    middle.set(title="latency: ingest to result", xlabel="seconds", ylabel="share of matches")
+    middle.legend()
+    right.bar(["peer: stream-stream join\n+ Python UDF", "Penumbra"],
+              [theirs["events_per_s"], ours_on_peer["events_per_s"]], color=["#999999", "#3366cc"])
+    right.set(title="same events, same matches", ylabel="events/s")
+    report.save(figure)
+
+
+if __name__ == "__main__":
+    main()

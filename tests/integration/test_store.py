@@ -1,0 +1,31 @@
+"""The registry in a real Redis: versions as of each change, and how long each is kept."""
+
+from __future__ import annotations
+
+import redis
+
+from spark_jobs.store import VERSION_RETENTION_SECONDS, Keys, Registry
+
+STREAMS = {"sa": {"max_delay": 5}, "sb": {"max_delay": 5}}
+JOIN = "SELECT * FROM sa A, sb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5"
+
+
+def test_each_version_reads_as_of_its_change_and_only_superseded_ones_expire(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("pn-store-test")
+    registry = Registry(client, keys)
+    registry.put_streams(STREAMS)
+    first = registry.version()
+    registry.register(JOIN, query_id="q1")
+    registry.update("q1", threshold=0.7)
+    current = registry.version()
+    assert current == first + 2
+    assert registry.at(first)["queries"] == {}
+    assert registry.at(first + 1)["queries"]["q1"]["threshold"] in (None, 0.5)
+    assert registry.at(current)["queries"]["q1"]["threshold"] == 0.7
+    # the current version never expires (a quiet registry stays readable); older ones do
+    assert client.ttl(keys.registry_at(current)) == -1
+    for old in (first, first + 1):
+        assert 0 < client.ttl(keys.registry_at(old)) <= VERSION_RETENTION_SECONDS
+    client.delete(*client.keys("pn-store-test:*"))
+    client.close()
