@@ -180,3 +180,36 @@ def test_heartbeat_releases_buffered_events():
     second = operator.feed([])
     assert [m.events for m in second.matches] == [{"x": "a1", "y": "b1"}]
     assert second.matches[0].prob == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("heartbeat", [False, True])
+def test_details_of_the_first_matches_of_a_block(heartbeat):
+    """Every match comes out; the observations show the intervals and valid intervals of the
+    first MATCH_DETAILS of a block, in the order of the matches (released by a heartbeat too)."""
+    from penumbra.patterns.operator import MATCH_DETAILS
+
+    events = [Event("A", f"a{k}", Interval(k, k + 2)) for k in range(12)] + \
+             [Event("B", f"b{k}", Interval(k + 20, k + 21)) for k in range(12)]
+    # streams that may carry intervals as long as the window: nothing is safe before the end
+    streams = Streams([StreamParams(name, pi=40) for name in "AB"])
+    operator = build_operator(parse("PATTERN SEQ(A x, B y) WITHIN 40 USING sorted"), streams)
+    assert operator.feed(events).matches == []
+    if heartbeat:
+        operator.evict(100)
+        result = operator.feed([])
+    else:
+        result = operator.flush()
+    # every a ends before every b starts, and the widest pair spans 32 < 40: all 144 pairs
+    # match, certainly, on their whole intervals
+    assert sorted(tuple(m.events.values()) for m in result.matches) == \
+        sorted((f"a{i}", f"b{k}") for i in range(12) for k in range(12))
+    assert all(m.prob == 1.0 for m in result.matches) and len(result.matches) > MATCH_DETAILS
+    details = result.observations["matches"]
+    assert len(details) == MATCH_DETAILS
+    by_id = {e.id: e.ts for e in events}
+    for match, detail in zip(result.matches, details):
+        assert detail["events"] == match.events and detail["prob"] == match.prob
+        assert detail["range"] == list(match.range)
+        assert detail["intervals"] == {v: [by_id[i].lo, by_id[i].hi] for v, i in match.events.items()}
+        x, y = by_id[match.events["x"]], by_id[match.events["y"]]
+        assert detail["valid"] == {"x": [x.lo, x.hi], "y": [y.lo, y.hi]}
