@@ -47,6 +47,13 @@ def feed(text: str, events: list[Event], block: int, widest: int):
     return {tuple(m.events.values()): (m.prob, m.range) for m in matches}
 
 
+def assert_same(actual, expected):
+    assert set(actual) == set(expected)
+    for signature, (confidence, span) in expected.items():
+        assert actual[signature][0] == pytest.approx(confidence, rel=1e-12), signature
+        assert actual[signature][1] == span, signature
+
+
 def brute_force(types, condition, events):
     """Signature -> (confidence, range) of every triple of distinct events, in the pattern's
     types, that has points ``t_1 < t_2 < t_3`` with ``t_3 - t_1 < W``."""
@@ -71,11 +78,7 @@ def test_long_blocks_find_every_match(pattern, seed):
     assert len(expected) > 20
     text = f"PATTERN {pattern} WITHIN {WINDOW} USING sorted"
     for block in (len(events), 7):
-        actual = feed(text, events, block, widest)
-        assert set(actual) == set(expected)
-        for signature, (confidence, span) in expected.items():
-            assert actual[signature][0] == pytest.approx(confidence, rel=1e-12), signature
-            assert actual[signature][1] == span, signature
+        assert_same(feed(text, events, block, widest), expected)
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -89,8 +92,4 @@ def test_skip_till_next_match_equals_the_point_based_framework(pattern, seed):
     expected = feed(f"{text} USING point", events, len(events), widest)
     assert len(expected) > 10
     for block in (len(events), 5):
-        actual = feed(f"{text} USING sorted", events, block, widest)
-        assert set(actual) == set(expected)
-        for signature, (confidence, span) in expected.items():
-            assert actual[signature][0] == pytest.approx(confidence, rel=1e-12), signature
-            assert actual[signature][1] == span, signature
+        assert_same(feed(f"{text} USING sorted", events, block, widest), expected)
