@@ -127,10 +127,12 @@ class CompiledPattern:
     def items_of(self, events: list[Event]) -> list[tuple[int, int]]:
         """``(i, j)`` for every component ``j`` whose type and one-variable conditions
         ``events[i]`` satisfies, the conditions evaluated over the whole block at once."""
-        streams = np.array([e.stream.casefold() for e in events], dtype=object)
+        by_stream: dict[str, list[int]] = {}
+        for i, e in enumerate(events):
+            by_stream.setdefault(e.stream.casefold(), []).append(i)
         items = []
         for j, name in enumerate(self._streams):
-            chosen = np.flatnonzero(streams == name)
+            chosen = np.array(by_stream.get(name, ()), dtype=np.intp)
             if chosen.size and self._filters[j]:
                 chosen = chosen[_block_filter(self._filters[j], self.variables[j],
                                               [events[i].attrs for i in chosen])]

@@ -140,8 +140,10 @@ class SortedEngine(Engine):
                         self.partials[j].append(Partial(partial.events + (event,), partial.vlb + (vlb,), tuple(vub)))
 
     def _close(self, events: tuple[GridEvent, ...], vlb: tuple[int, ...], vub: list[int]) -> None:
-        """A complete match: its window closed (C.1's third pass), found or pruned."""
-        closed = close_window(vlb, vub, self.pattern.window)
+        """A complete match: its window closed (C.1's third pass), found or pruned. The vubs
+        increase strictly and none is below its vlb, so a window the last one already
+        keeps changes nothing."""
+        closed = tuple(vub) if vub[-1] - vub[0] < self.pattern.window else close_window(vlb, vub, self.pattern.window)
         if closed is None:
             self.pruned += 1
         else:
