@@ -48,6 +48,9 @@ STRATEGIES = ("simple", "ssort", "eager", "lazy", "lazy_lookup")
 DEFAULT_STRATEGY = "lazy"
 DEFAULT_FLOOR = 0.05
 NEAR_MISS_SAMPLES = 20
+#: Near misses are counted by probability in bins of this width (a what-if is exact at
+#: thresholds on this grid).
+NEAR_MISS_BIN = 0.01
 PARTITION_SAMPLES = 8
 LOOKUP_CAPACITY = 1 << 20      # geometries remembered by lazy_lookup before it starts afresh
 MAX_SHAPES = 1 << 11           # distinct shapes per side that lazy_lookup tells apart
@@ -266,6 +269,7 @@ class JoinOperator(Operator):
 
         matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         near: list[dict] = []
+        self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
         partitions: list[dict] = []
         for key, (new_a, new_b, sequence) in arrivals.items():
             buffers = self.buffers.setdefault(key, [Rows.empty(), Rows.empty()])
@@ -286,6 +290,8 @@ class JoinOperator(Operator):
             "buffer_bounds": self.buffer_bounds(),
             "evicted": evicted,
             "near_misses": near[:NEAR_MISS_SAMPLES],
+            "near_miss_histogram": {f"{k * NEAR_MISS_BIN:.2f}": int(count)
+                                    for k, count in enumerate(self._near_bins) if count},
             "partitions": partitions,
             "threshold": self.threshold,
             "floor": self.floor,
@@ -383,10 +389,7 @@ class JoinOperator(Operator):
             probs[void] = 0.0
             self.totals["probed"] += len(probed)
             missed = probed[(probs[probed] >= self.floor) & (probs[probed] < self.threshold)]
-            self.totals["near_misses"] += len(missed)
-            for m in missed[: max(0, NEAR_MISS_SAMPLES - len(near))]:
-                near.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
-                             "prob": float(probs[m])})
+            self._near_misses(a, b, ia[missed], ib[missed], probs[missed], near)
         hit = np.flatnonzero(probs >= self.threshold)
         if len(hit):
             matches.append((a.ids, ia[hit], b.ids, ib[hit], probs[hit]))
@@ -402,10 +405,24 @@ class JoinOperator(Operator):
         _, violated = self.tables.decide(u, v, hi_a, hi_b, self.d)
         self.totals["decided_by_templates"] += int(violated.sum())
         floor_ok, _ = self.floor_tables.decide(u, v, hi_a, hi_b, self.d)
-        self.totals["near_misses"] += int((violated & floor_ok).sum())
+        missed = both[violated & floor_ok]
+        if len(missed):
+            # below the threshold but not the floor: weighed for the near-miss histogram
+            self._near_misses(a, b, ia[missed], ib[missed], self._probabilities(a, b, ia[missed], ib[missed]), near)
         dropped = np.zeros(len(ia), dtype=bool)
         dropped[both[violated]] = True
         return probed[~dropped[probed]]
+
+    def _near_misses(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray, probs: np.ndarray, near) -> None:
+        """Pairs with ``floor <= P < threshold``: counted, binned by probability, the first
+        few kept as samples."""
+        self.totals["near_misses"] += len(ia)
+        # a probability on a bin edge (0.57 is 56.99999... * 0.01) belongs to the bin above it
+        bins = np.minimum((probs / NEAR_MISS_BIN + 1e-9).astype(np.int64), len(self._near_bins) - 1)
+        self._near_bins += np.bincount(bins, minlength=len(self._near_bins))
+        for m in range(min(len(ia), max(0, NEAR_MISS_SAMPLES - len(near)))):
+            near.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
+                         "prob": float(probs[m])})
 
     def _probabilities(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         """Exact ``P(|X_a - X_b| <= d)`` for the pairs.

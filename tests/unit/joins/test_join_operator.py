@@ -143,6 +143,27 @@ def test_every_strategy_equals_brute_force(strategy, kind, d, threshold, keyed, 
     assert op.counters["evicted"] > 0, "buffers were invalidated along the way"
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("kind,d,threshold", [("templates", 14.0, 0.7), ("intervals", 4.0, 0.6), ("mixed", 16.0, 0.8)])
+def test_near_miss_histogram_counts_every_pair_between_floor_and_threshold(strategy, kind, d, threshold):
+    streams, events = workload(hash((kind, d, "near")) % 1000, kind)
+    op = compile_query(QUERY.format(d=d, keys="AND A.region = B.region", t=threshold, s=strategy), streams)
+    found = {}
+    for start in range(0, len(events), 37):
+        for bin_, count in op.feed(events[start:start + 37]).observations["near_miss_histogram"].items():
+            found[bin_] = found.get(bin_, 0) + count
+    # every admitted pair of the same region, weighed by the oracle, binned by hundredths
+    everything, _, _ = brute_force(streams, events, d, lambda _: op.floor, keyed=True)
+    expected = {}
+    for p in everything.values():
+        if p < threshold - AMBIGUOUS:
+            hundredths = f"{math.floor(p * 100 + 1e-6) / 100:.2f}"  # a probability on an edge is the bin above
+            expected[hundredths] = expected.get(hundredths, 0) + 1
+    assert sum(expected.values()) > 20, "the workload has near misses"
+    assert found == expected
+    assert sum(found.values()) == op.counters["near_misses"]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_workloads_all_strategies_agree(seed):
     rng = np.random.default_rng(100 + seed)
