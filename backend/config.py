@@ -30,3 +30,9 @@ class Settings(BaseSettings):
     ingest_rate_limit: int = Field(200, ge=1, description="ingest requests per token per rate window; more answers 429")
     ingest_rate_window: int = Field(1, ge=1, description="length of the ingest rate window, seconds")
     dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
+    ws_queue: int = Field(1000, ge=10, description=(
+        "matches and alarms waiting for one live-feed client; beyond, it is closed with 4008 and resumes"))
+    ws_compression: bool = Field(False, description="per-message deflate on the websocket (costs CPU per client)")
+    ws_poll: float = Field(1.0, gt=0, description=(
+        "seconds between reads of the result streams when no pn:live message wakes the live feed"))
+    ws_auth_timeout: float = Field(10.0, gt=0, description="seconds a websocket may take to send its token")

@@ -1,7 +1,7 @@
 """The app factory: ``create_app(settings)`` builds the Penumbra API.
 
 Routers live in ``backend/routes/`` (one per resource) and are mounted under ``/api``;
-a websocket router is added the same way. OpenAPI is at ``/openapi.json``, its pages at
+the live feed's websocket is ``/ws`` (its reader runs in the app's lifespan). OpenAPI is at ``/openapi.json``, its pages at
 ``/docs``.
 """
 
@@ -20,11 +20,12 @@ from .config import Settings
 from .deps import Service
 from .errors import install_error_handlers
 from .limits import AccessLog, BodySizeLimit
+from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
-from .routes import alarms, events, health, queries, results, streams, tokens
+from .routes import alarms, events, health, live, queries, results, streams, tokens
 
-__all__ = ["ROUTERS", "create_app"]
+__all__ = ["ROUTERS", "create_app", "server_options"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -50,16 +51,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await run_in_threadpool(service.bootstrap)
         except redis.RedisError as error:
             log.warning("Redis not reachable at start (%s); the admin token is set up once it is", error)
-        yield
-        service.redis.close()
+        await app.state.live.start()
+        try:
+            yield
+        finally:
+            await app.state.live.stop()
+            service.redis.close()
 
     app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                   dependencies=[Depends(reject_unknown_query)])
     app.state.service = service
     app.state.operations = Operations(app)
+    app.state.live = Hub(service)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/api")
+    app.include_router(live.router)
 
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
@@ -81,3 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi
     return app
+
+
+def server_options(settings: Settings) -> dict:
+    """uvicorn's options for this service: where it listens, and per-message deflate on the
+    websocket only when ``PENUMBRA_WS_COMPRESSION`` asks for it (uvicorn's default is on)."""
+    return {"host": settings.host, "port": settings.port, "ws_per_message_deflate": settings.ws_compression}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
+from starlette.requests import HTTPConnection
 
 from .errors import ApiError
 
@@ -39,9 +40,10 @@ class Operations:
         return frozenset().union(*found) if found else None
 
 
-def reject_unknown_query(request: Request) -> None:
-    """A global dependency: 422 for a query parameter the operation does not declare."""
-    if not request.query_params:
+def reject_unknown_query(request: HTTPConnection) -> None:
+    """A global dependency: 422 for a query parameter the operation does not declare
+    (REST only: the websocket takes none)."""
+    if request.scope["type"] != "http" or not request.query_params:
         return
     names = request.app.state.operations.query_names(request.url.path, request.method)
     if names is None:

@@ -54,7 +54,8 @@ def _batch(fields: dict) -> int | None:
     return int(raw) if raw is not None else None
 
 
-def _match(entry_id: bytes, fields: dict) -> dict:
+def match_record(entry_id: bytes, fields: dict) -> dict:
+    """One match entry as the API shows it (REST pages and the live feed)."""
     match = json.loads(fields[b"m"])
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": _at(entry_id)}
@@ -77,7 +78,7 @@ def list_matches(who: ViewerDep, query_id: str, entry: QueryDep, service: Servic
     top = f"({before}" if before else "+"
     bottom = f"({since}" if since else "-"
     found = service.redis.xrevrange(service.keys.matches(query_id), top, bottom, count=limit + 1)
-    items = [_match(i, f) for i, f in found[:limit]]
+    items = [match_record(i, f) for i, f in found[:limit]]
     return {"items": items, "next": items[-1]["id"] if len(found) > limit else None}
 
 
@@ -90,31 +91,42 @@ def list_observations(who: ViewerDep, query_id: str, entry: QueryDep, service: S
     return {"items": [_observation(i, f) for i, f in found]}
 
 
+#: The parts of an observation record each projection shows (REST and the live feed).
+PARTS = {"partitions": ("partitions", "watermark", "threshold", "floor"),
+         "buffers": ("buffers", "buffer_bounds", "watermark", "groups", "snapshot_bytes"),
+         "near_misses": ("near_misses", "threshold", "floor")}
+
+
+def projection(entry_id: bytes, fields: dict, parts: tuple[str, ...]) -> dict:
+    """Those parts of one observation entry, with its cursor, batch and time."""
+    latest = _observation(entry_id, fields)
+    observed = latest.pop("observations")
+    return {**latest, "value": {part: observed.get(part) for part in parts}}
+
+
 def _projection(service, query_id: str, parts: tuple[str, ...]) -> dict:
     found = service.redis.xrevrange(service.keys.observations(query_id), count=1)
     if not found:
         return {"id": None, "batch": None, "at": None, "value": None}
-    latest = _observation(*found[0])
-    observed = latest.pop("observations")
-    return {**latest, "value": {part: observed.get(part) for part in parts}}
+    return projection(*found[0], parts)
 
 
 @router.get("/queries/{query_id}/partitions", response_model=Projection, responses=errors(401, 403, 404),
             summary="Probing-range partitions (LPR / SR / RPR) of recent events")
 def get_partitions(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
-    return _projection(service, query_id, ("partitions", "watermark", "threshold", "floor"))
+    return _projection(service, query_id, PARTS["partitions"])
 
 
 @router.get("/queries/{query_id}/buffers", response_model=Projection, responses=errors(401, 403, 404),
             summary="Buffer sizes and their bounds")
 def get_buffers(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
-    return _projection(service, query_id, ("buffers", "buffer_bounds", "watermark", "groups", "snapshot_bytes"))
+    return _projection(service, query_id, PARTS["buffers"])
 
 
 @router.get("/queries/{query_id}/near-misses", response_model=Projection, responses=errors(401, 403, 404),
             summary="Candidates just below the threshold")
 def get_near_misses(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep) -> dict:
-    return _projection(service, query_id, ("near_misses", "threshold", "floor"))
+    return _projection(service, query_id, PARTS["near_misses"])
 
 
 @router.post("/queries/{query_id}/curve", response_model=CurveOut, responses=errors(401, 403, 404),

@@ -1,0 +1,404 @@
+"""The live feed (WebSocket /ws) on a real uvicorn server (``python -m backend`` in a
+subprocess, stopped by its pid) with real websocket clients.
+
+Results are written the way the job's sink writes them (XADD on the result streams, then
+a PUBLISH on pn:live in the same MULTI/EXEC), and every check compares what a client got
+with what the streams hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from backend.testing import ApiServer
+
+from .conftest import ADMIN_TOKEN, JOIN, unique
+
+#: A small queue, so the slow client overflows it quickly.
+QUEUE = 40
+
+
+@pytest.fixture(scope="session")
+def live_url(redis_server, tokens, tmp_path_factory):
+    """ws:// URL of a ``python -m backend`` on a free loopback port, over the session's Redis."""
+    log = tmp_path_factory.mktemp("live") / "server.log"
+    with ApiServer(redis_server.url, log=log, admin_token=ADMIN_TOKEN, ws_queue=QUEUE, ws_auth_timeout=1.5) as api:
+        yield api.ws_url
+
+
+def run(coroutine, timeout: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coroutine, timeout))
+
+
+def write_batch(store, keys, batch: int, matches: dict[str, list[dict]], observations: dict[str, dict] = {}):
+    """A micro-batch as the sink writes it; returns the match ids per query."""
+    pipe = store.pipeline(transaction=True)
+    for query, found in matches.items():
+        for match in found:
+            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
+    for query, record in observations.items():
+        pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
+    pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
+                                        "matches": {q: len(m) for q, m in matches.items()},
+                                        "observations": sorted(observations), "dead": 0}))
+    written = pipe.execute()
+    ids, n = {}, 0
+    for query, found in matches.items():
+        ids[query] = [i.decode() for i in written[n:n + len(found)]]
+        n += len(found)
+    return ids
+
+
+def match(n: int, size: int = 0) -> dict:
+    return {"events": {"A": f"a{n}" + "x" * size, "B": f"b{n}"}, "prob": 0.6 + (n % 40) / 100}
+
+
+def stream_ids(store, stream) -> list[str]:
+    return [i.decode() for i, _ in store.xrange(stream)]
+
+
+async def open_feed(url, token, **subscribe):
+    """A client that authenticated with its first message and subscribed."""
+    ws = await connect(url, proxy=None, compression=None, max_size=None)
+    await ws.send(orjson.dumps({"token": token}).decode())
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "welcome"
+    if subscribe:
+        await ws.send(orjson.dumps({"type": "subscribe", **subscribe}).decode())
+        reply = await next_of(ws, "subscribed")
+        assert reply["type"] == "subscribed", reply
+    return ws
+
+
+async def next_of(ws, *types, timeout: float = 5.0) -> dict:
+    while True:
+        message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        if message["type"] in types or message["type"] == "error":
+            return message
+
+
+async def collect(ws, kind: str, count: int, timeout: float = 10.0) -> list[dict]:
+    got = []
+    while len(got) < count:
+        message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        if message["type"] == kind:
+            got.append(message)
+    return got
+
+
+async def by_type(ws, timeout: float = 10.0, **counts: int) -> dict[str, list[dict]]:
+    """Messages of each type until there are ``counts`` of each, whatever their order."""
+    got: dict[str, list[dict]] = {kind: [] for kind in counts}
+    while any(len(got[k]) < n for k, n in counts.items()):
+        message = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        got.setdefault(message["type"], []).append(message)
+    return got
+
+
+async def closed_code(ws, timeout: float = 5.0) -> int:
+    try:
+        while True:
+            await asyncio.wait_for(ws.recv(), timeout)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd else None
+
+
+# ---- authentication
+
+
+@pytest.mark.parametrize("role", ["viewer", "analyst", "admin"])
+def test_every_role_may_subscribe_by_header_or_first_message(live_url, tokens, role):
+    async def scenario():
+        async with connect(live_url, proxy=None, additional_headers={"Authorization": f"Bearer {tokens[role]}"}) as ws:
+            welcome = json.loads(await ws.recv())
+            assert (welcome["type"], welcome["role"]) == ("welcome", role)
+        ws = await open_feed(live_url, tokens[role], queries="*", kinds=["metrics"])
+        await ws.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("first", [{"token": "pn_nope"}, {"tok": "x"}, "not json", None])
+def test_refused_without_a_valid_token(live_url, first):
+    async def scenario():
+        async with connect(live_url, proxy=None) as ws:
+            if first is not None:
+                await ws.send(first if isinstance(first, str) else json.dumps(first))
+            return await closed_code(ws)  # None: nothing sent, closed after PENUMBRA_WS_AUTH_TIMEOUT
+
+    assert run(scenario()) == 4401
+
+
+def test_refused_with_a_bad_header(live_url):
+    async def scenario():
+        async with connect(live_url, proxy=None, additional_headers={"Authorization": "Bearer pn_unknown"}) as ws:
+            return await closed_code(ws)
+
+    assert run(scenario()) == 4401
+
+
+def test_a_revoked_token_is_closed_at_its_next_subscribe(live_url, client, as_role, store, keys):
+    made = client.post("/api/tokens", json={"role": "viewer", "label": "soon-revoked"}, headers=as_role("admin"))
+    token, ident = made.json()["token"], made.json()["id"]
+
+    async def scenario():
+        ws = await open_feed(live_url, token, queries="*", kinds=["metrics"])
+        assert client.delete(f"/api/tokens/{ident}", headers=as_role("admin")).status_code == 204
+        await ws.send(json.dumps({"type": "subscribe", "kinds": ["matches"]}))
+        return await closed_code(ws)
+
+    assert run(scenario()) == 4401
+
+
+def test_a_role_below_the_live_feed_is_closed_with_4403(settings, tokens, monkeypatch):
+    """No role is below viewer today; the check is the one REST makes, so raise the bar."""
+    from fastapi.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from backend import create_app
+    from backend.routes import live
+    from backend.security import Role
+
+    monkeypatch.setattr(live, "LIVE_ROLE", Role.analyst)
+    with TestClient(create_app(settings)) as test_client:
+        with test_client.websocket_connect("/ws") as ws:
+            ws.send_json({"token": tokens["viewer"]})
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_json()
+            assert closed.value.code == 4403
+        with test_client.websocket_connect("/ws") as ws:
+            ws.send_json({"token": tokens["analyst"]})
+            assert ws.receive_json()["role"] == "analyst"
+
+
+# ---- what flows
+
+
+def test_matches_alarms_and_observations_as_written(live_url, tokens, store, keys, join_query):
+    query_id, _, _ = join_query
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches", "alarms", "buffers"])
+        ids = write_batch(store, keys, 1, {query_id: [match(0), match(1)]},
+                          {query_id: {"buffers": {"A": 3}, "watermark": 7.5, "groups": 1}})[query_id]
+        got = await by_type(ws, matches=2, alarms=1, buffers=1)
+        await ws.close()
+        return ids, got["matches"], got["alarms"][0], got["buffers"][0]
+
+    ids, got, alarm, buffers = run(scenario())
+    stored = store.xrange(keys.matches(query_id))
+    assert [m["id"] for m in got] == ids == [i.decode() for i, _ in stored]
+    assert [m["data"]["events"] for m in got] == [json.loads(f[b"m"])["events"] for _, f in stored]
+    assert [m["data"]["prob"] for m in got] == [0.6, 0.61] and got[0]["data"]["batch"] == 1
+    # the alarm is the one GET /api/alarms/{id} computes
+    assert (alarm["query"], alarm["id"], alarm["data"]["state"], alarm["data"]["matches"]) == \
+        (query_id, ids[-1], "new", 2)
+    assert alarm["data"]["first"] == ids[0] and alarm["data"]["last_prob"] == 0.61
+    obs_id = store.xrevrange(keys.observations(query_id), count=1)[0][0].decode()
+    assert buffers["id"] == obs_id and buffers["data"]["value"]["buffers"] == {"A": 3}
+    assert buffers["data"]["value"]["watermark"] == 7.5
+
+
+def test_changing_the_subscription(live_url, tokens, store, keys, client, as_role):
+    def register() -> str:
+        answer = client.post("/api/queries", json={"text": JOIN.format(a=unique("LA"), b=unique("LB")),
+                                                   "id": unique("q-")}, headers=as_role("analyst"))
+        assert answer.status_code == 201, answer.text
+        return answer.json()["id"]
+
+    first, second = register(), register()
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[first], kinds=["matches"])
+        write_batch(store, keys, 1, {first: [match(1)], second: [match(2)]})
+        got = await collect(ws, "matches", 1)
+        await ws.send(json.dumps({"type": "subscribe", "queries": [second], "kinds": ["matches"]}))
+        await next_of(ws, "subscribed")
+        ids = write_batch(store, keys, 2, {first: [match(3)], second: [match(4)]})
+        got += await collect(ws, "matches", 1)
+        # every query, also one registered after the subscription
+        await ws.send(json.dumps({"type": "subscribe", "queries": "*", "kinds": ["matches"]}))
+        await next_of(ws, "subscribed")
+        third = register()
+        await asyncio.sleep(1.5)  # the live feed sees the registry at its next read (ws_poll)
+        later = write_batch(store, keys, 3, {third: [match(5)], first: [match(6)]})
+        got += await collect(ws, "matches", 2)
+        await ws.close()
+        return ids, later, third, got
+
+    ids, later, third, got = run(scenario())
+    assert [(m["query"], m["data"]["events"]["A"]) for m in got[:2]] == [(first, "a1"), (second, "a4")]
+    assert got[1]["id"] == ids[second][0]
+    assert sorted((m["query"], m["id"]) for m in got[2:]) == sorted([(third, later[third][0]),
+                                                                     (first, later[first][0])])
+
+
+def test_resume_after_a_reconnect_has_no_gap_and_no_duplicate(live_url, tokens, store, keys, join_query):
+    query_id, _, _ = join_query
+    stream = keys.matches(query_id)
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches", "alarms"])
+        for batch in range(3):
+            write_batch(store, keys, batch, {query_id: [match(batch * 10 + n) for n in range(5)]})
+        seen = await collect(ws, "matches", 15)
+        cursors = {"matches:" + query_id: seen[-1]["id"]}
+        await ws.close()
+        # written while the client is away
+        for batch in range(3, 6):
+            write_batch(store, keys, batch, {query_id: [match(batch * 10 + n) for n in range(5)]})
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches", "alarms"],
+                             since={**cursors, "alarms:" + query_id: seen[-1]["id"]})
+        write_batch(store, keys, 6, {query_id: [match(60 + n) for n in range(5)]})
+        got = await by_type(ws, matches=20, alarms=1)
+        resumed, alarm = got["matches"], got["alarms"][-1]
+        # nothing more than what was written
+        extra = [json.loads(m) for m in await drain(ws)]
+        await ws.close()
+        return seen, resumed, alarm, extra
+
+    seen, resumed, alarm, extra = run(scenario())
+    assert [m["id"] for m in seen + resumed] == stream_ids(store, stream)
+    assert not [m for m in extra if m["type"] == "matches"]
+    assert alarm["data"]["matches"] == 35
+
+
+async def drain(ws, quiet: float = 0.5) -> list[str]:
+    out = []
+    try:
+        while True:
+            out.append(await asyncio.wait_for(ws.recv(), quiet))
+    except TimeoutError:
+        return out
+
+
+def test_one_since_for_every_feed_and_latest_snapshots(live_url, tokens, store, keys, join_query):
+    query_id, _, _ = join_query
+    ids = write_batch(store, keys, 1, {query_id: [match(n) for n in range(4)]},
+                      {query_id: {"partitions": {"lpr": 1}}})[query_id]
+    write_batch(store, keys, 2, {}, {query_id: {"partitions": {"lpr": 2}}})
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches", "partitions"],
+                             since=ids[1])
+        got = await by_type(ws, matches=2, partitions=1)
+        got, partitions = got["matches"], got["partitions"][0]
+        await ws.close()
+        # no since: matches from now, partitions' latest at once
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches", "partitions"])
+        latest = await next_of(ws, "partitions", "matches")
+        rest = await drain(ws)
+        await ws.close()
+        return got, partitions, latest, rest
+
+    got, partitions, latest, rest = run(scenario())
+    assert [m["id"] for m in got] == ids[2:]
+    # coalesced: only the newest observation after the cursor
+    assert partitions["data"]["value"]["partitions"] == {"lpr": 2}
+    assert latest["type"] == "partitions" and latest["data"]["value"]["partitions"] == {"lpr": 2}
+    assert not [m for m in rest if '"matches"' in m and '"type":"matches"' in m]
+
+
+def test_bad_messages_are_answered_and_the_feed_goes_on(live_url, tokens, store, keys, join_query):
+    query_id, _, _ = join_query
+    bad = [("{oops", None), ("[1, 2]", "type"), ('{"type": "dance"}', "type"),
+           ('{"type": "subscribe", "kinds": ["gossip"]}', "kinds[0]"),
+           ('{"type": "subscribe", "queries": 7}', "queries"),
+           ('{"type": "subscribe", "since": "yesterday"}', "since"),
+           ('{"type": "subscribe", "queries": ["%s"], "since": {"matches:%s": "12-x"}}' % (query_id, query_id),
+            f"matches:{query_id}"),
+           ('{"type": "subscribe", "queries": ["%s"], "kinds": ["matches"], "since": {"alarms:%s": "1-0"}}'
+            % (query_id, query_id), f"alarms:{query_id}"),
+           ('{"type": "subscribe", "extra": 1}', "extra")]
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches"])
+        answers = []
+        for text, _ in bad:
+            await ws.send(text)
+            answers.append(await next_of(ws, "error"))
+        await ws.send(b"\x00binary")
+        answers.append(await next_of(ws, "error"))
+        await ws.send(json.dumps({"type": "subscribe", "queries": [query_id, "no-such-query"], "kinds": ["matches"]}))
+        unknown = await next_of(ws, "error")
+        await ws.send(json.dumps({"type": "ping"}))
+        pong = await next_of(ws, "pong")
+        ids = write_batch(store, keys, 1, {query_id: [match(0)]})[query_id]
+        got = await collect(ws, "matches", 1)
+        await ws.close()
+        return answers, unknown, pong, ids, got
+
+    answers, unknown, pong, ids, got = run(scenario())
+    assert all(a["type"] == "error" and a["message"] for a in answers)
+    for answer, (_, field) in zip(answers, bad):
+        if field is not None:
+            assert field in (answer.get("field") or ""), (answer, field)
+    assert unknown["field"] == "queries" and "no-such-query" in unknown["message"]
+    assert pong["type"] == "pong"
+    assert [m["id"] for m in got] == ids
+
+
+# ---- a slow client
+
+
+def test_a_slow_client_does_not_delay_a_fast_one_and_is_closed_to_resume(live_url, tokens, store, keys, join_query):
+    """The slow client subscribes and stops reading; 8 KB matches fill its socket and its
+    queue of QUEUE messages, so it is closed with 4008, while the fast one gets each match
+    within a bounded delay. Then the slow one resumes from its last cursor."""
+    query_id, _, _ = join_query
+    stream = keys.matches(query_id)
+    batches, per_batch = 60, 10
+
+    async def scenario():
+        feed = dict(queries=[query_id], kinds=["matches"])
+        fast = await open_feed(live_url, tokens["viewer"], **feed)
+        slow = await open_feed(live_url, tokens["viewer"], **feed)
+        # the slow one reads nothing: its 16-frame queue fills, then the sockets' buffers
+
+        delays, received = [], []
+
+        async def read_fast():
+            while len(received) < batches * per_batch:
+                message = json.loads(await asyncio.wait_for(fast.recv(), 10))
+                if message["type"] == "matches":
+                    received.append(message["id"])
+                    delays.append(time.time() - int(message["id"].split("-")[0]) / 1000)
+
+        reader = asyncio.create_task(read_fast())
+        for batch in range(batches):
+            write_batch(store, keys, batch, {query_id: [match(batch * per_batch + n, size=8000)
+                                                        for n in range(per_batch)]})
+            await asyncio.sleep(0.02)
+        await reader
+        await fast.close()
+
+        first_part = []
+        code = None
+        try:
+            while True:
+                message = json.loads(await asyncio.wait_for(slow.recv(), 10))
+                if message["type"] == "matches":
+                    first_part.append(message["id"])
+        except ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd else None
+        since = {"matches:" + query_id: first_part[-1]} if first_part else "0-0"
+        again = await open_feed(live_url, tokens["viewer"], **feed, since=since)
+        rest = [m["id"] for m in await collect(again, "matches", batches * per_batch - len(first_part))]
+        await again.close()
+        return delays, received, code, first_part, rest
+
+    delays, received, code, first_part, rest = run(scenario(), timeout=60)
+    written = stream_ids(store, stream)
+    assert received == written
+    delays.sort()
+    assert delays[int(len(delays) * 0.99)] < 1.0, delays[-10:]
+    assert code == 4008
+    assert len(first_part) < len(written)
+    assert first_part + rest == written
