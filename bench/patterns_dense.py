@@ -51,6 +51,8 @@ from penumbra.events import Streams, event_to_json, load_events, load_streams  #
 BLOCK = 1000
 TARGETS = {"dense, half-width 5": 100_000, "dense, half-widths 1..8": 60_000, "dense, certain": 200_000}
 EVAL_TARGET = 50_000
+#: the events the whole-process target is set for
+EVAL_EVENTS = 200_000
 
 
 @dataclass
@@ -169,7 +171,7 @@ def main() -> None:
         events, streams, query, repeats = args.measure
         print(json.dumps(operator_alone(events, streams, query, int(repeats))))
         return
-    count, weighed, repeats, sweep_count = (4_000, 2_000, 1, 3_000) if args.quick else (200_000, 20_000, 3, 50_000)
+    count, weighed, repeats, sweep_count = (4_000, 2_000, 1, 3_000) if args.quick else (EVAL_EVENTS, 20_000, 3, 50_000)
     report = Report("patterns_dense", "Pattern throughput, match-dense and sparse workloads (one core)")
     say = report.say
     before = baseline.tree()
@@ -209,8 +211,9 @@ def main() -> None:
             say(f"target: operator on {workload.name} >= {TARGETS[workload.name]:,} events/s: {rate:,.0f} "
                 f"({rate / TARGETS[workload.name]:.0%})")
         if workload.name == "dense, half-width 5":
-            say(f"target: whole eval process >= {EVAL_TARGET:,} events/s: {count / process_now:,.0f} "
-                f"({count / process_now / EVAL_TARGET:.0%})")
+            say(f"target: whole eval process on {EVAL_EVENTS:,} events >= {EVAL_TARGET:,} events/s: "
+                f"{count / process_now:,.0f} on {count:,} ({count / process_now / EVAL_TARGET:.0%})"
+                + (" -- not comparable: start-up dominates a quick run" if count < EVAL_EVENTS else ""))
         if workload.name.startswith("sparse"):
             say(f"target: sparse no slower than before: {old['seconds'] / now['seconds']:.2f}x before's speed")
 

@@ -237,13 +237,21 @@ def _name(value: Any, field_name: str) -> str:
     return value
 
 
+def _plain_interval(value: Any) -> Interval | None:
+    """``{"lo": a, "hi": b}`` of plain finite numbers with ``a <= b`` as an interval, without
+    the full checks; ``None`` for anything else."""
+    if type(value) is dict and len(value) == 2:
+        lo, hi = value.get("lo"), value.get("hi")
+        if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST:
+            return Interval._checked(float(lo), float(hi))
+    return None
+
+
 def _timestamp(value: Any, stream: str, streams: Streams | Mapping[str, StreamParams] | None
                ) -> tuple[Histogram | Interval, str | None, float | None]:
-    if type(value) is dict and len(value) == 2:
-        lo = value.get("lo")
-        hi = value.get("hi")
-        if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST:
-            return Interval._checked(float(lo), float(hi)), None, None
+    interval = _plain_interval(value)
+    if interval is not None:
+        return interval, None, None
     ts = _expect_object(value, "ts")
     keys = set(ts)
     try:
@@ -308,16 +316,14 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
     attributes -- is accepted in one pass over exact JSON types; anything else, valid or
     not, takes the full checks, which name the field at fault."""
     if type(obj) is dict and 3 <= len(obj) <= 4:
-        stream, event_id, ts, attrs = obj.get("stream"), obj.get("id"), obj.get("ts"), obj.get("attrs", _NO_ATTRS)
+        stream, event_id, attrs = obj.get("stream"), obj.get("id"), obj.get("attrs", _NO_ATTRS)
         if type(stream) is str and stream in _VALID_NAMES and type(event_id) is str \
-                and 0 < len(event_id) <= MAX_ID_LENGTH and type(ts) is dict and len(ts) == 2 \
-                and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
-            lo, hi = ts.get("lo"), ts.get("hi")
-            if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST \
-                    and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
+                and 0 < len(event_id) <= MAX_ID_LENGTH and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
+            interval = _plain_interval(obj.get("ts"))
+            if interval is not None and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
                 if attrs:
                     attrs = MappingProxyType(attrs if decoded else dict(attrs))
-                return Event._checked(stream, event_id, Interval._checked(float(lo), float(hi)), attrs or _NO_ATTRS)
+                return Event._checked(stream, event_id, interval, attrs or _NO_ATTRS)
     return _checked_event(obj, streams)
 
 

@@ -266,9 +266,8 @@ class PatternOperator(Operator):
         pattern, unit, threshold = self.pattern, self.unit, self.threshold
         window = pattern.window
         variables = pattern.variables
-        names = [v for v in variables if v in self.query.returns]
-        every = len(names) == len(variables)
         returned = [j for j, v in enumerate(variables) if v in self.query.returns]
+        names = [variables[j] for j in returned]
         kept = 0
         for match in found:
             gaps = self._excluders(engine, match) if pattern.next_match else None
@@ -281,8 +280,8 @@ class PatternOperator(Operator):
                 continue
             kept += 1
             events = match.events
-            ids = [e.id for e in events] if every else [events[j].id for j in returned]
-            emitted = Match(dict(zip(names, ids)), confidence, (first * unit, last * unit))
+            emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
+                            (first * unit, last * unit))
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))

@@ -91,7 +91,8 @@ class SortedEngine(Engine):
         match* the window must still reach the event. Every partial match has
         ``vub_1 <= vlb_j + reach``, so ``e.lower < vub_1 + W`` needs ``vlb_j > e.lower - W - reach``.
         Skip till next match visits every earlier one, as each candidate lowers their NELT.
-        The candidates are visited in the order the partial matches were made, as ever."""
+        The candidates are visited in the order the partial matches were made, which is the
+        order their matches come out in."""
         pattern = self.pattern
         window, next_match = pattern.window, pattern.next_match
         check_keys, check_joins = pattern.reads_an_earlier_stream(j), pattern.joins_at(j)

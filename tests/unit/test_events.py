@@ -355,7 +355,10 @@ def test_the_common_shape_reads_as_the_full_checks_read_it(obj):
     the same field and words) as the full checks alone accept or refuse it."""
     streams = parse_streams(STREAMS)
     fast = read_with(lambda: parse_event(obj, streams))
-    with mock.patch.object(events_module, "_event", lambda raw, streams, decoded: events_module._checked_event(raw, streams)):
+    def full_checks_only(raw, streams, decoded):
+        return events_module._checked_event(raw, streams)
+
+    with mock.patch.object(events_module, "_event", full_checks_only):
         full = read_with(lambda: parse_event(obj, streams))
     assert fast == full
     if fast[0] == "event":
