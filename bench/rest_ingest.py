@@ -1,0 +1,134 @@
+"""REST ingest: POST /api/events in batches of 1,000 events into Redis, events a second.
+
+One redis-server and one API process (``python -m backend``, one uvicorn worker) on
+loopback, started here and stopped by their pids; the ingest rate limit raised so it
+does not bound the figure. A few client threads (httpx, keep-alive) post pre-encoded
+batches; the ingest stream's length is checked to have grown by exactly the events
+accepted. In the same run, two baselines: the same events appended to the ingest stream
+straight from Python (``spark_jobs.store.append_events``, pipelined XADD: what Redis and
+redis-py alone take) and one event per request (what batching saves).
+
+    .venv/bin/python bench/rest_ingest.py            # 200 batches of 1,000 events
+    .venv/bin/python bench/rest_ingest.py --quick    # 20 batches
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import orjson
+import redis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backend.testing import ApiServer  # noqa: E402
+from bench.report import Report  # noqa: E402
+from spark_jobs.redis_server import RedisServer  # noqa: E402
+from spark_jobs.store import Keys, append_events  # noqa: E402
+
+TOKEN = "pn_bench-admin-" + "x" * 32
+STREAM = {"templates": {"t1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]}}, "max_delay": 500}
+
+
+def events(stream: str, first: int, count: int) -> list[dict]:
+    """Interval and template events, with a key attribute, as sensors post them."""
+    out = []
+    for n in range(first, first + count):
+        t = n * 0.5
+        ts = {"lo": t, "hi": t + 5.0} if n % 2 else {"detected": t + 40.0, "template": "t1"}
+        out.append({"stream": stream, "id": f"e-{n}", "ts": ts, "attrs": {"region": f"r{n % 8}"}})
+    return out
+
+
+def post_batches(url: str, bodies: list[bytes], threads: int) -> tuple[float, int]:
+    """Seconds to post every body over ``threads`` keep-alive connections, and events accepted."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+    def worker(part: list[bytes]) -> int:
+        accepted = 0
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+            for body in part:
+                answer = client.post("/api/events", content=body)
+                answer.raise_for_status()
+                found = answer.json()
+                accepted += found.get("accepted", 1) if isinstance(found, dict) else 1
+        return accepted
+
+    parts = [bodies[k::threads] for k in range(threads)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        accepted = sum(pool.map(worker, parts))
+    return time.perf_counter() - started, accepted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--batches", type=int)
+    parser.add_argument("--batch", type=int, default=1000, help="events per request")
+    parser.add_argument("--threads", type=int, default=4, help="client connections")
+    args = parser.parse_args()
+    batches = args.batches or (20 if args.quick else 200)
+    singles = 200 if args.quick else 2000
+    total = batches * args.batch
+
+    report = Report("rest_ingest", "REST ingest into Redis")
+    report.say(f"{batches} requests of {args.batch} events ({total:,} events), {args.threads} client threads; "
+               f"baselines: pipelined XADD from Python, {singles} requests of one event")
+    keys = Keys()
+    figures = {}
+    with RedisServer() as server, ApiServer(server.url, admin_token=TOKEN, ingest_rate_limit=1_000_000,
+                                            ingest_max_events=max(10_000, args.batch)) as api:
+        store = redis.Redis.from_url(server.url)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        httpx.put(f"{api.url}/api/streams/bench", json=STREAM, headers=headers, timeout=10).raise_for_status()
+
+        bodies = [orjson.dumps(events("bench", b * args.batch, args.batch)) for b in range(batches)]
+        before = store.xlen(keys.ingest)
+        seconds, accepted = post_batches(api.url, bodies, args.threads)
+        grown = store.xlen(keys.ingest) - before
+        figures["REST, 1,000 per request"] = total / seconds
+        report.say(f"REST batches: {total / seconds:,.0f} events/s ({seconds:.2f} s); accepted {accepted:,}, "
+                   f"ingest stream grew by {grown:,} ({'exact' if grown == accepted == total else 'MISMATCH'})")
+
+        encoded = [orjson.dumps(e) for e in events("bench", total, total)]
+        started = time.perf_counter()
+        append_events(store, encoded, keys)
+        direct = time.perf_counter() - started
+        figures["XADD pipeline (baseline)"] = total / direct
+        report.say(f"pipelined XADD from Python: {total / direct:,.0f} events/s ({direct:.2f} s)")
+
+        one = [orjson.dumps(e) for e in events("bench", 2 * total, singles)]
+        seconds_one, accepted_one = post_batches(api.url, one, args.threads)
+        figures["REST, 1 per request (baseline)"] = singles / seconds_one
+        report.say(f"REST one event per request: {singles / seconds_one:,.0f} events/s ({seconds_one:.2f} s)")
+        store.close()
+    rest = figures["REST, 1,000 per request"]
+    report.say(f"target >= 20,000 events/s: {'met' if rest >= 20_000 else 'NOT met'} ({rest:,.0f}); "
+               f"REST batches reach {rest / figures['XADD pipeline (baseline)']:.0%} of plain XADD")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    names = list(figures)
+    axis.barh(names, [figures[n] for n in names], color=["tab:blue", "tab:grey", "tab:orange"])
+    axis.axvline(20_000, color="black", linestyle=":", label="target 20,000 events/s")
+    for y, name in enumerate(names):
+        axis.text(figures[name], y, f" {figures[name]:,.0f}", va="center")
+    axis.set_xlabel("events per second into the ingest stream")
+    axis.set_xscale("log")
+    axis.legend(loc="lower right")
+    report.save(figure)
+
+
+if __name__ == "__main__":
+    main()
