@@ -77,6 +77,13 @@ async def client_run(url: str, query: str, compression: str | None, ready: async
     """One client: authenticate, subscribe, then note every match's id and latency (until cancelled)."""
     from websockets.asyncio.client import connect
 
+    try:
+        await _client(connect, url, query, compression, ready, ids, delays)
+    finally:
+        ready.set()  # also when it could not connect: the run goes on and counts it incomplete
+
+
+async def _client(connect, url, query, compression, ready, ids, delays) -> None:
     async with connect(url, proxy=None, compression=compression, open_timeout=60, max_queue=None,
                        ping_interval=None) as ws:
         await ws.send(orjson.dumps({"token": TOKEN}).decode())
@@ -115,10 +122,11 @@ async def measure(api: ApiServer, redis_url: str, query: str, clients: int, rate
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 
+    failed = sum(1 for task in tasks if task.done() and not task.cancelled() and task.exception() is not None)
     complete = sum(1 for ids, _ in got if ids == written)
     in_order = sum(1 for ids, _ in got if ids == written[:len(ids)])
     delays = np.concatenate([np.array(d) for _, d in got if d]) if any(d for _, d in got) else np.array([])
-    return {"clients": clients, "written": len(written), "complete": complete, "in_order": in_order,
+    return {"clients": clients, "written": len(written), "complete": complete, "in_order": in_order, "failed": failed,
             "delivered": int(sum(len(ids) for ids, _ in got)), "connect_s": connect_seconds,
             "p50": float(np.percentile(delays, 50)) if len(delays) else float("nan"),
             "p99": float(np.percentile(delays, 99)) if len(delays) else float("nan"),
@@ -151,7 +159,7 @@ def main() -> None:
             measured[mode] = result
             rate = result["delivered"] / seconds
             report.say(f"{mode}: {result['complete']}/{clients} clients got all {result['written']} messages "
-                       f"({result['in_order']} in stream order), {result['delivered']:,} delivered "
+                       f"({result['in_order']} in stream order, {result['failed']} failed), {result['delivered']:,} delivered "
                        f"(~{rate:,.0f}/s); latency p50 {result['p50'] * 1000:.0f} ms, "
                        f"p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms; "
                        f"connect + subscribe {result['connect_s']:.1f} s")
