@@ -1,7 +1,8 @@
 """The app factory: ``create_app(settings)`` builds the Penumbra API.
 
 Routers live in ``backend/routes/`` (one per resource) and are mounted under ``/api``;
-the live feed's websocket is ``/ws`` (its reader runs in the app's lifespan). OpenAPI is at ``/openapi.json``, its pages at
+the live feed's websocket is ``/ws`` (its reader runs in the app's lifespan); the browser
+dashboard is ``/`` (``backend/web.py``). OpenAPI is at ``/openapi.json``, its pages at
 ``/docs``.
 """
 
@@ -23,14 +24,15 @@ from .limits import AccessLog, BodySizeLimit
 from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
-from .routes import alarms, events, health, live, queries, results, streams, tokens
+from .routes import alarms, events, health, live, queries, results, streams, tokens, validate
+from .web import mount_frontend
 
 __all__ = ["ROUTERS", "create_app", "server_options"]
 
 log = logging.getLogger("penumbra.api")
 
-ROUTERS = (health.router, queries.router, events.router, streams.router, results.router, alarms.router,
-           tokens.router)
+ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
+           alarms.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router, prefix="/api")
     app.include_router(live.router)
+    mount_frontend(app)
 
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,

@@ -1,0 +1,85 @@
+"""The browser dashboard: ``mount_frontend(app)`` serves ``frontend/`` from the app's own origin.
+
+``GET /`` is the dashboard's page, ``/static/...`` its modules and styles, and
+``/static/plotly.min.js`` the Plotly.js that ships inside the installed ``plotly`` Python
+package, so the page loads nothing from any other origin (its Content-Security-Policy
+says so to the browser too). There is no build step: the modules are plain JavaScript.
+
+>>> from fastapi import FastAPI
+>>> app = FastAPI()
+>>> mount_frontend(app)
+>>> sorted(r.path for r in app.routes if r.path in ("/", "/static/plotly.min.js", "/static"))
+['/', '/static', '/static/plotly.min.js']
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
+
+from .errors import error_response
+
+__all__ = ["CONTENT_SECURITY_POLICY", "FRONTEND", "mount_frontend", "plotly_js"]
+
+#: The dashboard's static files (index.html, app.css, js/).
+FRONTEND = Path(__file__).resolve().parents[1] / "frontend"
+
+#: Only the app's own origin: scripts, styles, data and the websocket (``'self'`` covers
+#: ws:// and wss:// to the same host). Plotly sets inline styles on its SVG, hence
+#: ``'unsafe-inline'`` for styles only.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                           "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+                           "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+_PAGE_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-cache",
+                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+
+
+def plotly_js() -> Path | None:
+    """plotly.min.js of the installed ``plotly`` package, or None when it is not installed."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        return None
+    found = Path(spec.origin).parent / "package_data" / "plotly.min.js"
+    return found if found.is_file() else None
+
+
+class _Static(StaticFiles):
+    """StaticFiles that revalidates (the files change with the code, not per release) and
+    tells the browser not to guess content types."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"cache-control", b"no-cache"),
+                                      (b"x-content-type-options", b"nosniff")]
+            await send(message)
+
+        await super().__call__(scope, receive, send_with_headers)
+
+
+def mount_frontend(app: FastAPI, folder: Path = FRONTEND) -> None:
+    """Serve the dashboard at ``/`` and its files under ``/static`` (none in the OpenAPI
+    schema). Routes are matched in order, so the API's own routes stay first."""
+    index = folder / "index.html"
+    plotly = plotly_js()
+
+    def dashboard() -> FileResponse:
+        return FileResponse(index, media_type="text/html", headers=_PAGE_HEADERS)
+
+    def plotly_bundle():
+        if plotly is None:
+            return error_response(404, "Plotly.js is not installed: pip install plotly")
+        return FileResponse(plotly, media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
+
+    app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False, name="dashboard")
+    app.add_api_route("/static/plotly.min.js", plotly_bundle, methods=["GET"], include_in_schema=False,
+                      name="plotly")
+    app.mount("/static", _Static(directory=folder, check_dir=False), name="static")

@@ -1,0 +1,213 @@
+// Alarms: one alarm per query (new / acknowledged / silenced / resolved) with its actions,
+// and the live feed of matches, newest first, filtered by query, state and probability.
+// Only the first rows are rendered; "Show more" adds more, so thousands stay cheap.
+
+import { post } from "../api.js";
+import { clock, count, duration, esc, fullTime, likelihood, percent } from "../format.js";
+import { bus, refreshAlarms, setAlarm, store } from "../store.js";
+import { applyRole, notify } from "../ui.js";
+
+const PAGE = 100;
+const STATES = ["new", "acknowledged", "silenced", "resolved"];
+const STATE_TEXT = { new: "◆ New", acknowledged: "✓ Acknowledged", silenced: "◔ Silenced", resolved: "○ Resolved" };
+const SILENCE = [[900, "15 min"], [3600, "1 hour"], [4 * 3600, "4 hours"], [8 * 3600, "8 hours"], [86400, "24 hours"]];
+
+export function stateBadge(alarm) {
+  const state = alarm?.state ?? "none";
+  if (state === "none") return `<span class="state state-resolved">No alarm</span>`;
+  const until = state === "silenced" && alarm.silenced_until ? ` until ${clock(alarm.silenced_until)}` : "";
+  return `<span class="state state-${state}" data-testid="state">${STATE_TEXT[state]}${until}</span>`;
+}
+
+export function probCell(p) {
+  const { word, cls } = likelihood(p);
+  return `<span class="prob ${cls}" title="probability ${percent(p, 2)} (${word})">
+    <span class="pct">${percent(p)}</span><span class="bar" aria-hidden="true"><span style="width:${Math.max(2, p * 100)}%"></span></span>
+    <span class="label">${word}</span></span>`;
+}
+
+function eventsText(match) {
+  const parts = Object.entries(match.events ?? {}).map(([v, id]) => `${esc(v)} ${esc(id)}`);
+  if (match.range) parts.push(`range ${match.range.map((x) => Number(x).toLocaleString()).join("–")}`);
+  return parts.join(" · ");
+}
+
+function matchRow(match, fresh) {
+  const li = document.createElement("li");
+  li.dataset.query = match.query;
+  li.dataset.id = match.id;
+  if (fresh) li.classList.add("fresh");
+  const entry = store.queries.get(match.query);
+  li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
+    <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong></span>
+    <span class="events">${eventsText(match)}</span>${probCell(match.prob)}`;
+  return li;
+}
+
+export default {
+  title: "Alarms",
+  mount(main, params) {
+    main.innerHTML = `
+      <div class="view-head"><h1>Alarms</h1><p class="muted" id="alarm-summary" aria-live="polite"></p></div>
+      <form class="filters" id="alarm-filters" role="search" aria-label="Filter alarms">
+        <div><label for="f-query">Query</label><select id="f-query"><option value="">All queries</option></select></div>
+        <div><label for="f-state">State</label><select id="f-state"><option value="">Any state</option>
+          ${STATES.map((s) => `<option value="${s}">${STATE_TEXT[s].slice(2)}</option>`).join("")}</select></div>
+        <div><label for="f-prob">Minimum probability (%)</label>
+          <input id="f-prob" type="number" min="0" max="100" step="1" value="0" inputmode="numeric"></div>
+      </form>
+      <section aria-labelledby="groups-title">
+        <h2 id="groups-title">By query</h2>
+        <div class="groups" id="groups"></div>
+      </section>
+      <section aria-labelledby="feed-title">
+        <h2 id="feed-title">Matches <span class="muted small">newest first, live</span></h2>
+        <ol class="feed" id="feed" aria-live="off"></ol>
+        <button type="button" class="more" id="more" hidden>Show more</button>
+      </section>`;
+    const groups = main.querySelector("#groups");
+    const feed = main.querySelector("#feed");
+    const more = main.querySelector("#more");
+    const fQuery = main.querySelector("#f-query");
+    const fState = main.querySelector("#f-state");
+    const fProb = main.querySelector("#f-prob");
+    const cards = new Map();
+    let limit = PAGE;
+
+    const filters = () => ({ query: fQuery.value, state: fState.value, min: Math.max(0, Number(fProb.value) || 0) / 100 });
+    const passes = (match, f = filters()) =>
+      (!f.query || match.query === f.query) && match.prob >= f.min
+      && (!f.state || (store.alarms.get(match.query)?.state ?? "") === f.state);
+
+    function fillQueryFilter() {
+      const chosen = fQuery.value;
+      const ids = [...new Set([...store.queries.keys(), ...store.alarms.keys()])].sort();
+      fQuery.innerHTML = `<option value="">All queries</option>` + ids.map((id) =>
+        `<option value="${esc(id)}">${esc(store.queries.get(id)?.name ?? id)}</option>`).join("");
+      fQuery.value = ids.includes(chosen) ? chosen : "";
+    }
+
+    function card(alarm) {
+      let element = cards.get(alarm.query);
+      if (!element) {
+        element = document.createElement("article");
+        element.className = "card group";
+        element.dataset.query = alarm.query;
+        element.innerHTML = `<div class="summary"></div>
+          <div class="actions" data-role="analyst">
+            <button type="button" data-act="acknowledge">Acknowledge</button>
+            <span class="row"><label class="inline"><span class="sr-only">Silence for</span>
+              <select data-silence aria-label="Silence for">${SILENCE.map(([s, t]) =>
+                `<option value="${s}"${s === 3600 ? " selected" : ""}>${t}</option>`).join("")}</select></label>
+              <button type="button" data-act="silence">Silence</button></span>
+            <button type="button" data-act="resolve">Resolve</button>
+          </div>`;
+        element.querySelector(".actions").addEventListener("click", (event) => {
+          const button = event.target.closest("button[data-act]");
+          if (button) act(alarm.query, button.dataset.act, element);
+        });
+        applyRole(element);
+        cards.set(alarm.query, element);
+      }
+      const a = store.alarms.get(alarm.query);
+      const name = store.queries.get(a.query)?.name ?? a.name;
+      element.querySelector(".summary").innerHTML = `
+        <header><h3>${esc(name)}${name !== a.query ? ` <span class="muted small">${esc(a.query)}</span>` : ""}</h3>
+          ${stateBadge(a)}</header>
+        <p><span class="count" data-testid="count">${count(a.matches)}</span> ${a.matches === 1 ? "match" : "matches"}
+          since the alarm opened${a.last_prob !== null && a.last_prob !== undefined ? `; latest ${percent(a.last_prob)}` : ""}
+          ${a.last ? ` at <span title="${esc(fullTime(Number(a.last.split("-")[0]) / 1000))}">${clock(Number(a.last.split("-")[0]) / 1000)}</span>` : ""}</p>
+        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}</p>` : ""}`;
+      element.querySelector('[data-act="acknowledge"]').disabled = a.state !== "new";
+      element.querySelector('[data-act="resolve"]').disabled = a.state === "resolved";
+      return element;
+    }
+
+    async function act(query, action, element) {
+      const body = action === "silence"
+        ? { until: Date.now() / 1000 + Number(element.querySelector("[data-silence]").value) } : undefined;
+      const buttons = element.querySelectorAll("button");
+      buttons.forEach((b) => { b.disabled = true; });
+      try {
+        const answer = await post(`/alarms/${encodeURIComponent(query)}/${action}`, body);
+        setAlarm(answer);
+        const name = store.queries.get(query)?.name ?? query;
+        notify(action === "silence" ? `${name}: silenced for ${duration(Number(body.until - Date.now() / 1000))}`
+          : `${name}: ${answer.state}`);
+      } catch (error) {
+        notify(`Could not ${action} the alarm of ${query}: ${error.message}`, { bad: true });
+      } finally {
+        renderGroups();
+      }
+    }
+
+    function renderGroups() {
+      const f = filters();
+      const order = { new: 0, silenced: 1, acknowledged: 2, resolved: 3 };
+      const shown = [...store.alarms.values()]
+        .filter((a) => (!f.query || a.query === f.query) && (!f.state || a.state === f.state))
+        .sort((x, y) => order[x.state] - order[y.state] || (y.last ?? "").localeCompare(x.last ?? ""));
+      const focused = document.activeElement;
+      groups.replaceChildren(...shown.map(card));
+      if (focused && groups.contains(focused)) focused.focus();
+      if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${f.query || f.state ? " matches these filters" : " yet"}.</p>`;
+      const open = [...store.alarms.values()].filter((a) => a.state === "new").length;
+      main.querySelector("#alarm-summary").textContent =
+        `${count(open)} new ${open === 1 ? "alarm" : "alarms"} · ${count(store.alarms.size)} queries with alarms`;
+    }
+
+    function renderFeed() {
+      const f = filters();
+      const rows = [];
+      let total = 0;
+      for (const match of store.matches) {
+        if (!passes(match, f)) continue;
+        total += 1;
+        if (rows.length < limit) rows.push(matchRow(match, false));
+      }
+      feed.replaceChildren(...rows);
+      if (!rows.length) feed.innerHTML = `<li class="empty">No match${store.matches.length ? " passes these filters" : " yet"}.</li>`;
+      more.hidden = total <= limit;
+      more.textContent = `Show more (${count(total - rows.length)} not shown)`;
+    }
+
+    function onMatches({ detail }) {
+      if (!detail.live) {
+        renderFeed();
+        return;
+      }
+      const f = filters();
+      const fresh = detail.fresh.filter((m) => passes(m, f));
+      if (!fresh.length) return;
+      feed.querySelector(".empty")?.remove();
+      for (const match of fresh) feed.prepend(matchRow(match, true));
+      while (feed.children.length > limit) feed.lastElementChild.remove();
+      const total = store.matches.filter((m) => passes(m, f)).length;
+      more.hidden = total <= feed.children.length;
+      more.textContent = `Show more (${count(total - feed.children.length)} not shown)`;
+    }
+
+    const onAlarms = () => { fillQueryFilter(); renderGroups(); if (fState.value) renderFeed(); };
+    const onQueries = () => { fillQueryFilter(); };
+
+    main.querySelector("#alarm-filters").addEventListener("input", () => { limit = PAGE; renderGroups(); renderFeed(); });
+    main.querySelector("#alarm-filters").addEventListener("submit", (event) => event.preventDefault());
+    more.addEventListener("click", () => { limit += PAGE; renderFeed(); });
+    if (params.get("query")) fQuery.value = params.get("query");
+
+    bus.addEventListener("matches", onMatches);
+    bus.addEventListener("alarms", onAlarms);
+    bus.addEventListener("queries", onQueries);
+    fillQueryFilter();
+    if (params.get("query")) fQuery.value = params.get("query");
+    renderGroups();
+    renderFeed();
+    const tick = setInterval(() => refreshAlarms().catch(() => {}), 30000); // silences that run out, others' actions
+    return () => {
+      clearInterval(tick);
+      bus.removeEventListener("matches", onMatches);
+      bus.removeEventListener("alarms", onAlarms);
+      bus.removeEventListener("queries", onQueries);
+    };
+  },
+};

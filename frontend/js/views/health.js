@@ -1,0 +1,172 @@
+// Buffers and health: whether the system keeps up at a glance (Redis, the job's
+// heartbeat, lag), the job's micro-batch duration, input rate and lag as live series
+// (the metrics feed), and per query its buffers against their theoretical bounds,
+// evictions, late events and near misses (its recent observations).
+
+import { get, q } from "../api.js";
+import { ago, count, duration, esc, number } from "../format.js";
+import { draw, palette, purge } from "../charts.js";
+import { bus, store } from "../store.js";
+
+const POLL_MS = 5000;
+
+/** The verdict of a health answer and the latest progress report: words and a class. */
+export function verdict(health, latest) {
+  if (!health || health.status === "unreachable") return ["The service cannot be reached", "bad"];
+  if (health.status === "down") return ["Redis is down: nothing is ingested or matched", "bad"];
+  if (!health.job || !health.job.alive) return ["The Spark job is not running: events wait in the ingest stream", "bad"];
+  const lag = health.lag_seconds ?? latest?.lag_seconds ?? 0;
+  const batch = (latest?.duration_ms ?? 0) / 1000;
+  if (lag > Math.max(10, 3 * batch)) return [`Falling behind: ${duration(lag)} of events wait`, "meh"];
+  return ["Keeping up", "good"];
+}
+
+const time = (s) => new Date(s * 1000);
+
+export default {
+  title: "Buffers and health",
+  mount(main) {
+    main.innerHTML = `
+      <div class="view-head"><h1>Buffers and health</h1></div>
+      <section class="card stack" aria-labelledby="now-title">
+        <h2 id="now-title">Now: <span id="verdict" data-testid="verdict">…</span></h2>
+        <div class="stat-grid" id="stats"></div>
+      </section>
+      <section aria-labelledby="job-title" class="stack">
+        <h2 id="job-title">The job</h2>
+        <div class="charts">
+          <div class="card"><h3>Micro-batch duration</h3><div class="chart small" id="c-duration" role="img" aria-label="Micro-batch duration over time"></div></div>
+          <div class="card"><h3>Input and processing rate</h3><div class="chart small" id="c-rate" role="img" aria-label="Input and processed rows per second over time"></div></div>
+          <div class="card"><h3>Lag</h3><div class="chart small" id="c-lag" role="img" aria-label="Lag in seconds over time"></div></div>
+        </div>
+      </section>
+      <section aria-labelledby="buf-title" class="stack">
+        <h2 id="buf-title">Per query</h2>
+        <div class="filters"><div><label for="h-query">Query</label><select id="h-query"></select></div></div>
+        <div class="charts">
+          <div class="card"><h3>Buffer length per stream and its bound</h3><div class="chart small" id="c-buffers" role="img" aria-label="Buffer length per stream against its bound"></div></div>
+          <div class="card"><h3>Evictions, late events, near misses per micro-batch</h3><div class="chart small" id="c-counters" role="img" aria-label="Evictions, late events and near misses per micro-batch"></div></div>
+        </div>
+      </section>`;
+    const $ = (s) => main.querySelector(s);
+    const charts = ["#c-duration", "#c-rate", "#c-lag", "#c-buffers", "#c-counters"].map($);
+    let observations = [];
+    let history = [];
+
+    function renderStats() {
+      const health = store.health[store.health.length - 1];
+      const latest = store.metrics[store.metrics.length - 1] ?? history[0];
+      const [words, cls] = verdict(health, latest);
+      const box = $("#verdict");
+      box.textContent = `${cls === "good" ? "✓" : cls === "meh" ? "▲" : "✗"} ${words}`;
+      box.className = cls;
+      const job = health?.job;
+      const tiles = [
+        ["Redis", health?.redis ? `reachable, ${number(health.redis_ms)} ms` : "unreachable", health?.redis ? "good" : "bad"],
+        ["Spark job", job ? (job.alive ? `alive (beat ${ago(Date.now() / 1000 - job.heartbeat_age)})` : "stopped") : "never seen", job?.alive ? "good" : "bad"],
+        ["Last micro-batch", job?.last_batch !== null && job?.last_batch !== undefined ? `#${count(job.last_batch)}, ${duration(job.last_batch_age)} ago` : "—", ""],
+        ["Lag", health?.lag_seconds !== null && health?.lag_seconds !== undefined
+          ? `${duration(health.lag_seconds)} · ${count(health.lag_entries)} entries` : "—", ""],
+        ["Ingest stream", `${count(health?.ingest_length)} entries`, ""],
+        ["Input rate", latest ? `${count(latest.input_rate)} rows/s` : "—", ""],
+      ];
+      $("#stats").innerHTML = tiles.map(([k, v, c]) => `<div class="card stat"><div class="k">${k}</div><div class="v ${c}">${esc(v)}</div></div>`).join("");
+    }
+
+    function renderJob() {
+      const seen = new Map();
+      for (const m of [...history].reverse().concat(store.metrics)) if (m && m.at) seen.set(m.batch ?? m.at, m);
+      const series = [...seen.values()].sort((a, b) => a.at - b.at);
+      const x = series.map((m) => time(m.at));
+      const colours = palette();
+      const common = { margin: { l: 52, r: 12, t: 8, b: 36 }, xaxis: { type: "date" } };
+      const empty = !series.length;
+      const note = empty ? { annotations: [{ text: "no progress report yet", xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }] } : {};
+      draw(charts[0], [{ x, y: series.map((m) => m.duration_ms), name: "duration", type: "scatter", mode: "lines",
+        line: { color: colours.accent }, hovertemplate: "%{y:,.0f} ms<extra></extra>" }],
+      { ...common, ...note, showlegend: false, yaxis: { title: { text: "ms" }, rangemode: "tozero" } });
+      draw(charts[1], [
+        { x, y: series.map((m) => m.input_rate), name: "input", type: "scatter", mode: "lines", line: { color: colours.accent } },
+        { x, y: series.map((m) => m.processed_rate), name: "processed", type: "scatter", mode: "lines", line: { color: colours.ok, dash: "dot" } },
+      ], { ...common, ...note, yaxis: { title: { text: "rows/s" }, rangemode: "tozero" } });
+      draw(charts[2], [{ x, y: series.map((m) => m.lag_seconds ?? null), name: "lag", type: "scatter", mode: "lines",
+        line: { color: colours.warn }, hovertemplate: "%{y:,.1f} s<extra></extra>" }],
+      { ...common, showlegend: false, yaxis: { title: { text: "seconds" }, rangemode: "tozero" } });
+    }
+
+    function renderQuery() {
+      const colours = palette();
+      const rows = [...observations].reverse();
+      const x = rows.map((o) => time(o.at));
+      const streams = [...new Set(rows.flatMap((o) => Object.keys(o.observations?.buffers ?? {})))];
+      const lines = [];
+      const cycle = [colours.accent, colours.warn, colours.ok, colours.danger];
+      streams.forEach((s, i) => {
+        lines.push({ x, y: rows.map((o) => o.observations?.buffers?.[s] ?? null), name: `${s} buffered`, type: "scatter", mode: "lines",
+          line: { color: cycle[i % cycle.length] } });
+        if (rows.some((o) => Number.isFinite(o.observations?.buffer_bounds?.[s]))) {
+          lines.push({ x, y: rows.map((o) => o.observations?.buffer_bounds?.[s] ?? null), name: `${s} bound`, type: "scatter", mode: "lines",
+            line: { color: cycle[i % cycle.length], dash: "dash" } });
+        }
+      });
+      const common = { margin: { l: 52, r: 12, t: 8, b: 36 }, xaxis: { type: "date" } };
+      const note = rows.length ? {} : { annotations: [{ text: "no observation yet", xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }] };
+      draw(charts[3], lines, { ...common, ...note, yaxis: { title: { text: "events" }, rangemode: "tozero" } });
+      const counter = (name) => rows.map((o) => o.observations?.counters?.[name] ?? 0);
+      draw(charts[4], [
+        { x, y: counter("evicted"), name: "evicted", type: "bar", marker: { color: colours.muted } },
+        { x, y: counter("late"), name: "late", type: "bar", marker: { color: colours.danger } },
+        { x, y: counter("near_misses"), name: "near misses", type: "bar", marker: { color: colours.warn } },
+      ], { ...common, ...note, barmode: "group", yaxis: { title: { text: "per micro-batch" }, rangemode: "tozero" } });
+    }
+
+    function fillQueries() {
+      const chosen = $("#h-query").value;
+      const entries = [...store.queries.values()];
+      $("#h-query").innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)}</option>`).join("")
+        : `<option value="">no query registered</option>`;
+      if (entries.some((e) => e.id === chosen)) $("#h-query").value = chosen;
+    }
+
+    async function loadQuery() {
+      const id = $("#h-query").value;
+      if (!id) { observations = []; renderQuery(); return; }
+      try {
+        observations = (await get(`${q(id)}/observations?limit=100`)).items;
+      } catch {
+        observations = [];
+      }
+      renderQuery();
+    }
+
+    async function loadHistory() {
+      try {
+        history = (await get("/metrics?limit=200")).items;
+      } catch {
+        history = [];
+      }
+      renderJob();
+      renderStats();
+    }
+
+    const onHealth = () => { renderStats(); };
+    const onMetrics = () => { renderStats(); renderJob(); };
+    const onQueries = () => { const before = $("#h-query").value; fillQueries(); if ($("#h-query").value !== before) loadQuery(); };
+    $("#h-query").addEventListener("change", loadQuery);
+    bus.addEventListener("health", onHealth);
+    bus.addEventListener("metrics", onMetrics);
+    bus.addEventListener("queries", onQueries);
+    fillQueries();
+    renderStats();
+    loadHistory();
+    loadQuery();
+    const timer = setInterval(() => { loadQuery(); renderJob(); }, POLL_MS);
+    return () => {
+      clearInterval(timer);
+      bus.removeEventListener("health", onHealth);
+      bus.removeEventListener("metrics", onMetrics);
+      bus.removeEventListener("queries", onQueries);
+      charts.forEach(purge);
+    };
+  },
+};

@@ -1,0 +1,302 @@
+// Queries: an editor that validates as you type (through POST /api/queries/validate) and
+// marks the error's line and column in the text, starter templates for the three forms,
+// the streams known to the system; the registry's list with pause / resume / delete.
+
+import { del, get, patch, post, q, session } from "../api.js";
+import { ago, clock, count, esc, fullTime, number, percent } from "../format.js";
+import { bus, refreshQueries, store } from "../store.js";
+import { applyRole, confirmAction, notify } from "../ui.js";
+
+const DEBOUNCE_MS = 300;
+
+export const TEMPLATES = {
+  join: ([a = "SEISMIC", b = "ACOUSTIC"]) =>
+    `SELECT * FROM ${a} A, ${b} B\nWHERE WINDOW(A, B) = 2000\nWITH THRESHOLD 0.6`,
+  pattern: ([a = "TaskStart", b = "CPU", c = "TaskFinish"]) =>
+    `PATTERN SEQ(${a} a, ${b} b, ${c} c)\nWHERE a.key = b.key AND b.key = c.key\nWITHIN 150 RETURN a, b, c WITH CONFIDENCE 0.5`,
+  sequence: ([a = "Shelf", b = "Counter", c = "Exit"]) =>
+    `SEQUENCE(${a} x, !${b} y, ${c} z)\nWHERE x.tag = z.tag AND y.tag = x.tag\nWITHIN 600 THRESHOLD 0.5`,
+};
+
+/** The streams the system knows: those the registered queries read, and (admins) the registered ones. */
+async function knownStreams() {
+  const names = new Set();
+  for (const entry of store.queries.values()) Object.keys(entry.streams ?? {}).forEach((s) => names.add(s));
+  if (session.can("admin")) {
+    try {
+      (await get("/streams")).items.forEach((s) => names.add(s.name));
+    } catch { /* listed from the queries only */ }
+  }
+  return [...names].sort((x, y) => x.localeCompare(y));
+}
+
+/** The character offset of a 1-based line and column in ``text``. */
+export function offsetOf(text, line, column) {
+  const lines = text.split("\n");
+  let offset = 0;
+  for (let i = 0; i < Math.min(line - 1, lines.length); i += 1) offset += lines[i].length + 1;
+  return offset + Math.max(0, (column ?? 1) - 1);
+}
+
+function matchRate(id) {
+  const since = Date.now() / 1000 - 600;
+  let recent = 0;
+  let last = null;
+  for (const match of store.matches) {
+    if (match.query !== id) continue;
+    last = last ?? match.at;
+    if (match.at >= since) recent += 1;
+  }
+  return { perMinute: recent / 10, last };
+}
+
+export default {
+  title: "Queries",
+  mount(main) {
+    main.innerHTML = `
+      <div class="view-head"><h1>Queries</h1><p class="muted" id="registry-version"></p></div>
+      <section class="card stack" data-role="analyst" aria-labelledby="editor-title">
+        <h2 id="editor-title">Register a query</h2>
+        <div class="row"><span class="muted small">Start from:</span>
+          <button type="button" data-template="join">Join</button>
+          <button type="button" data-template="pattern">PATTERN</button>
+          <button type="button" data-template="sequence">SEQUENCE</button></div>
+        <div><span class="muted small" id="streams-label">Known streams (insert at the cursor):</span>
+          <div class="chips" id="streams" aria-labelledby="streams-label"></div></div>
+        <form id="register" novalidate>
+          <label for="query-text">Query</label>
+          <div class="editor-wrap">
+            <div class="editor-backdrop" id="backdrop" aria-hidden="true"></div>
+            <textarea id="query-text" class="editor" rows="6" spellcheck="false" autocapitalize="off"
+              aria-describedby="validation" required></textarea>
+          </div>
+          <p id="validation" class="validation" role="status" aria-live="polite"></p>
+          <pre id="pointer" class="pointer" hidden></pre>
+          <div class="form-grid">
+            <div><label for="query-id">Id <span class="muted small">(optional)</span></label>
+              <input id="query-id" pattern="[A-Za-z0-9_][A-Za-z0-9_.\\-]*" maxlength="64" placeholder="generated"></div>
+            <div><label for="query-name">Name <span class="muted small">(optional)</span></label>
+              <input id="query-name" maxlength="200" placeholder="the id"></div>
+            <div><label for="query-threshold">Threshold % <span class="muted small">(optional)</span></label>
+              <input id="query-threshold" type="number" min="0.1" max="100" step="0.1" placeholder="as written"></div>
+          </div>
+          <p id="register-error" class="error" role="alert" hidden></p>
+          <div class="row"><button type="submit" class="primary" id="register-button">Register</button>
+            <label class="inline"><input type="checkbox" id="query-paused"> Register paused</label></div>
+        </form>
+      </section>
+      <section aria-labelledby="list-title">
+        <h2 id="list-title">Registered</h2>
+        <div id="query-list"></div>
+      </section>`;
+
+    const text = main.querySelector("#query-text");
+    const backdrop = main.querySelector("#backdrop");
+    const status = main.querySelector("#validation");
+    const pointer = main.querySelector("#pointer");
+    const thresholdInput = main.querySelector("#query-threshold");
+    const list = main.querySelector("#query-list");
+    let timer = null;
+    let inFlight = null;
+    let streams = [];
+
+    // ---- the editor
+
+    function mark(line, column) {
+      const value = text.value;
+      if (!line) {
+        backdrop.textContent = value;
+        return;
+      }
+      const at = Math.min(offsetOf(value, line, column), value.length);
+      const lineStart = value.lastIndexOf("\n", at - 1) + 1;
+      const lineEnd = value.indexOf("\n", at) === -1 ? value.length : value.indexOf("\n", at);
+      const char = value.slice(at, at + 1);
+      const marked = char && char !== "\n" ? esc(char) : " ";
+      const after = char && char !== "\n" ? at + 1 : at;
+      backdrop.innerHTML = `${esc(value.slice(0, lineStart))}<mark class="line">${esc(value.slice(lineStart, at))}</mark>`
+        + `<mark class="err" data-line="${line}" data-column="${column ?? ""}">${marked}</mark>`
+        + `<mark class="line">${esc(value.slice(after, Math.max(after, lineEnd)))}</mark>${esc(value.slice(Math.max(after, lineEnd)))}\n`;
+      backdrop.scrollTop = text.scrollTop;
+    }
+
+    function showResult(result) {
+      if (result.valid) {
+        status.className = "validation ok";
+        status.textContent = `✓ Valid ${result.kind} query${result.streams?.length ? ` reading ${result.streams.join(", ")}` : ""}`
+          + `${result.threshold !== null && result.threshold !== undefined ? `, threshold ${percent(result.threshold)}` : ""}.`;
+        pointer.hidden = true;
+        mark(null);
+        return;
+      }
+      status.className = "validation bad";
+      const where = result.line ? `Line ${result.line}, column ${result.column}: ` : "";
+      status.textContent = `✗ ${where}${result.message}`;
+      if (result.line) {
+        const source = text.value.split("\n")[result.line - 1] ?? "";
+        pointer.textContent = `${String(result.line).padStart(3)} | ${source}\n    | ${" ".repeat(Math.max(0, result.column - 1))}^`;
+        pointer.hidden = false;
+      } else {
+        pointer.hidden = true;
+      }
+      mark(result.line, result.column);
+    }
+
+    async function validate() {
+      const value = text.value;
+      if (!value.trim()) {
+        status.className = "validation";
+        status.textContent = "";
+        pointer.hidden = true;
+        mark(null);
+        return;
+      }
+      inFlight?.abort();
+      inFlight = new AbortController();
+      const threshold = thresholdInput.value ? Number(thresholdInput.value) / 100 : undefined;
+      try {
+        const result = await post("/queries/validate", { text: value, ...(threshold > 0 && threshold <= 1 ? { threshold } : {}) },
+          { signal: inFlight.signal });
+        if (text.value === value) showResult(result);
+      } catch (error) {
+        if (error.name === "AbortError") return;
+        status.className = "validation bad";
+        status.textContent = `Cannot validate now: ${error.message}`;
+      }
+    }
+
+    function scheduleValidation() {
+      mark(null);
+      clearTimeout(timer);
+      timer = setTimeout(validate, DEBOUNCE_MS);
+    }
+
+    text.addEventListener("input", scheduleValidation);
+    thresholdInput.addEventListener("input", scheduleValidation);
+    text.addEventListener("scroll", () => { backdrop.scrollTop = text.scrollTop; });
+
+    main.querySelectorAll("[data-template]").forEach((button) => button.addEventListener("click", () => {
+      text.value = TEMPLATES[button.dataset.template](streams);
+      text.focus();
+      scheduleValidation();
+    }));
+
+    async function fillStreams() {
+      streams = await knownStreams();
+      const box = main.querySelector("#streams");
+      box.innerHTML = streams.length ? streams.map((s) => `<button type="button" data-stream="${esc(s)}">${esc(s)}</button>`).join("")
+        : `<span class="muted small">none yet (an admin sets stream parameters with PUT /api/streams/&lt;name&gt;)</span>`;
+      box.querySelectorAll("[data-stream]").forEach((button) => button.addEventListener("click", () => {
+        const start = text.selectionStart ?? text.value.length;
+        text.setRangeText(button.dataset.stream, start, text.selectionEnd ?? start, "end");
+        text.focus();
+        scheduleValidation();
+      }));
+    }
+
+    main.querySelector("#register").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const error = main.querySelector("#register-error");
+      error.hidden = true;
+      const body = { text: text.value };
+      const id = main.querySelector("#query-id").value.trim();
+      const name = main.querySelector("#query-name").value.trim();
+      if (id) body.id = id;
+      if (name) body.name = name;
+      if (thresholdInput.value) body.threshold = Number(thresholdInput.value) / 100;
+      if (main.querySelector("#query-paused").checked) body.paused = true;
+      const button = main.querySelector("#register-button");
+      button.disabled = true;
+      try {
+        const entry = await post("/queries", body);
+        notify(`Registered ${entry.name} (${entry.kind}); the job starts it at its next micro-batch.`);
+        main.querySelector("#register").reset();
+        text.value = "";
+        await validate();
+        await refreshQueries();
+      } catch (failure) {
+        if (failure.detail?.line) {
+          showResult({ valid: false, ...failure.detail });
+          text.focus();
+        } else {
+          error.textContent = `Not registered: ${failure.message}`;
+          error.hidden = false;
+        }
+      } finally {
+        button.disabled = false;
+      }
+    });
+
+    // ---- the list
+
+    function renderList() {
+      main.querySelector("#registry-version").textContent = store.version ? `registry version ${count(store.version)}` : "";
+      const focusKey = document.activeElement?.dataset?.key;
+      const entries = [...store.queries.values()];
+      if (!entries.length) {
+        list.innerHTML = `<p class="empty">No query registered yet.</p>`;
+        return;
+      }
+      list.innerHTML = `<table class="responsive"><thead><tr><th scope="col">Query</th><th scope="col">Status</th>
+        <th scope="col">Threshold</th><th scope="col">Match rate</th><th scope="col">Last match</th><th scope="col">Actions</th></tr></thead>
+        <tbody>${entries.map((e) => {
+          const { perMinute, last } = matchRate(e.id);
+          return `<tr data-query="${esc(e.id)}">
+            <td data-label="Query"><strong>${esc(e.name)}</strong>${e.name !== e.id ? ` <span class="muted small">${esc(e.id)}</span>` : ""}
+              <br><span class="muted small">${esc(e.kind)} · registered ${clock(e.created)}</span></td>
+            <td data-label="Status"><span class="status status-${e.paused ? "paused" : "running"}">${e.paused ? "⏸ Paused" : "▶ Running"}</span></td>
+            <td data-label="Threshold" class="num">${percent(e.threshold)}</td>
+            <td data-label="Match rate" class="num">${number(perMinute)} / min</td>
+            <td data-label="Last match" class="num"><span title="${esc(fullTime(last))}">${last ? `${clock(last)} (${ago(last)})` : "—"}</span></td>
+            <td data-label="Actions"><div class="actions">
+              <button type="button" data-role="analyst" data-act="pause" data-key="${esc(e.id)}:pause">${e.paused ? "Resume" : "Pause"}</button>
+              <a href="#/tuner?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:tune">Tune</a>
+              ${e.kind === "join" ? `<a href="#/inspector?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:inspect">Inspect</a>` : ""}
+              <button type="button" class="danger" data-role="analyst" data-act="delete" data-key="${esc(e.id)}:delete">Delete</button>
+            </div></td></tr>`;
+        }).join("")}</tbody></table>`;
+      applyRole(list);
+      if (focusKey) list.querySelector(`[data-key="${CSS.escape(focusKey)}"]`)?.focus();
+    }
+
+    list.addEventListener("click", async (event) => {
+      const button = event.target.closest("button[data-act]");
+      if (!button) return;
+      const id = button.closest("tr").dataset.query;
+      const entry = store.queries.get(id);
+      try {
+        if (button.dataset.act === "pause") {
+          await patch(q(id), { paused: !entry.paused });
+          notify(`${entry.name} ${entry.paused ? "resumed" : "paused"}.`);
+        } else if (await confirmAction(`Delete ${entry.name}?`,
+          "The job drops its state at its next micro-batch and its alarm goes; its results stay in their streams.", "Delete")) {
+          await del(q(id));
+          notify(`${entry.name} deleted.`);
+        } else {
+          return;
+        }
+        await refreshQueries();
+      } catch (error) {
+        notify(`${entry.name}: ${error.message}`, { bad: true });
+      }
+    });
+
+    let pending = false;
+    const scheduleList = () => {
+      if (pending) return;
+      pending = true;
+      setTimeout(() => { pending = false; renderList(); }, 1000);
+    };
+    const onQueries = () => { renderList(); fillStreams(); };
+    bus.addEventListener("queries", onQueries);
+    bus.addEventListener("matches", scheduleList);
+    renderList();
+    fillStreams();
+    return () => {
+      clearTimeout(timer);
+      inFlight?.abort();
+      bus.removeEventListener("queries", onQueries);
+      bus.removeEventListener("matches", scheduleList);
+    };
+  },
+};

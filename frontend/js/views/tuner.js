@@ -1,0 +1,166 @@
+// Threshold tuner: how many of the recent window's candidates would match at each
+// threshold (GET what-if), the current threshold marked, a slider whose preview moves
+// before anything is applied; applying PATCHes the registry (the job takes it at its
+// next micro-batch, and the audit stream records who).
+
+import { get, patch, q } from "../api.js";
+import { count, esc, percent } from "../format.js";
+import { draw, palette, purge } from "../charts.js";
+import { bus, refreshQueries, store } from "../store.js";
+import { notify } from "../ui.js";
+
+/** Candidates at threshold ``t``, interpolated between the what-if's points. */
+export function matchesAt(points, t) {
+  if (!points.length) return 0;
+  if (t <= points[0].threshold) return points[0].matches;
+  for (let i = 1; i < points.length; i += 1) {
+    const a = points[i - 1];
+    const b = points[i];
+    if (t <= b.threshold) return a.matches + ((b.matches - a.matches) * (t - a.threshold)) / (b.threshold - a.threshold || 1);
+  }
+  return points[points.length - 1].matches;
+}
+
+export default {
+  title: "Threshold tuner",
+  mount(main, params) {
+    main.innerHTML = `
+      <div class="view-head"><h1>Threshold tuner</h1></div>
+      <div class="filters"><div><label for="tune-query">Query</label><select id="tune-query"></select></div>
+        <div><label for="tune-batches">Window</label><select id="tune-batches">
+          <option value="10">last 10 micro-batches</option><option value="50" selected>last 50 micro-batches</option>
+          <option value="200">last 200 micro-batches</option></select></div>
+        <button type="button" id="tune-reload">Reload</button></div>
+      <section class="card stack" aria-labelledby="tune-title">
+        <h2 id="tune-title">Matches at each threshold</h2>
+        <p class="muted small" id="tune-window"></p>
+        <div class="chart" id="tune-chart" role="img" aria-label="Matches in the window against the threshold"></div>
+        <div class="slider-row">
+          <label for="tune-slider" class="inline">Threshold</label>
+          <input type="range" id="tune-slider" min="0" max="100" step="0.5" value="60">
+          <output id="tune-value" for="tune-slider" class="big">—</output>
+        </div>
+        <p id="tune-preview" aria-live="polite"></p>
+        <div class="row" data-role="analyst">
+          <button type="button" class="primary" id="tune-apply">Apply threshold</button>
+          <button type="button" id="tune-reset">Back to current</button>
+          <span id="tune-applied" class="muted" role="status"></span>
+        </div>
+      </section>`;
+
+    const select = main.querySelector("#tune-query");
+    const slider = main.querySelector("#tune-slider");
+    const chart = main.querySelector("#tune-chart");
+    const preview = main.querySelector("#tune-preview");
+    const applyButton = main.querySelector("#tune-apply");
+    let whatIf = null;
+    let current = null;
+    let drawn = false;
+
+    function fillQueries() {
+      const chosen = select.value || params.get("query");
+      const entries = [...store.queries.values()];
+      select.innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
+        : `<option value="">no query registered</option>`;
+      if (entries.some((e) => e.id === chosen)) select.value = chosen;
+    }
+
+    function shapes(t) {
+      const colours = palette();
+      const line = (x, colour, dash) => ({ type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1,
+        line: { color: colour, width: 2, dash } });
+      const out = [line(t * 100, colours.accent, "solid")];
+      const notes = [{ x: t * 100, y: 1, yref: "paper", text: "preview", showarrow: false, yanchor: "bottom", font: { color: colours.accent } }];
+      if (current !== null) {
+        out.push(line(current * 100, colours.danger, "dash"));
+        notes.push({ x: current * 100, y: 0.92, yref: "paper", text: "current", showarrow: false, xanchor: "left", font: { color: colours.danger } });
+      }
+      return { shapes: out, annotations: notes };
+    }
+
+    function updatePreview() {
+      const t = Number(slider.value) / 100;
+      main.querySelector("#tune-value").textContent = percent(t);
+      if (!whatIf) return;
+      const at = matchesAt(whatIf.points, t);
+      const now = current !== null ? matchesAt(whatIf.points, current) : null;
+      const approx = whatIf.exact ? "" : "about ";
+      let change = "";
+      if (now !== null && Math.abs(t - current) > 1e-9) {
+        const delta = at - now;
+        change = now > 0 ? ` — ${Math.abs(Math.round((delta / now) * 100))} % ${delta <= 0 ? "fewer" : "more"} than now`
+          : ` — ${delta > 0 ? "more" : "no change"} than now`;
+      }
+      preview.innerHTML = `At <strong>${percent(t)}</strong>: <strong data-testid="preview-count">${approx}${count(Math.round(at))}</strong>
+        ${Math.round(at) === 1 ? "match" : "matches"} in the window${now !== null ? ` (now ${count(Math.round(now))} at ${percent(current)})` : ""}${change}.`;
+      applyButton.disabled = current !== null && Math.abs(t - current) < 1e-9;
+      if (drawn && window.Plotly) window.Plotly.relayout(chart, shapes(t));
+    }
+
+    async function load() {
+      const id = select.value;
+      if (!id) return;
+      const entry = store.queries.get(id);
+      current = entry?.threshold ?? null;
+      try {
+        whatIf = await get(`${q(id)}/what-if?steps=41&batches=${main.querySelector("#tune-batches").value}`);
+      } catch (error) {
+        notify(`What-if of ${id}: ${error.message}`, { bad: true });
+        return;
+      }
+      current = whatIf.threshold ?? current;
+      slider.min = String(Math.floor(whatIf.floor * 1000) / 10);
+      slider.max = "100";
+      slider.value = String((current ?? whatIf.floor) * 100);
+      main.querySelector("#tune-window").textContent = whatIf.batches
+        ? `${count(whatIf.batches)} micro-batches: ${count(whatIf.matches)} matches and ${count(whatIf.near_misses)} near misses `
+          + `(candidates between the floor ${percent(whatIf.floor)} and the threshold)${whatIf.exact ? "" : "; counts below the current threshold are scaled from samples"}.`
+        : "No micro-batch observed for this query yet: the chart fills as the job runs.";
+      const colours = palette();
+      const t = Number(slider.value) / 100;
+      await draw(chart, [{
+        x: whatIf.points.map((p) => p.threshold * 100), y: whatIf.points.map((p) => p.matches),
+        type: "scatter", mode: "lines+markers", name: "matches", line: { color: colours.accent, shape: "linear" },
+        hovertemplate: "%{x:.1f} %: %{y:,.0f} matches<extra></extra>",
+      }], {
+        xaxis: { title: { text: "threshold (%)" }, range: [whatIf.floor * 100 - 1, 101] },
+        yaxis: { title: { text: "matches in the window" }, rangemode: "tozero" },
+        showlegend: false, ...shapes(t),
+      });
+      drawn = true;
+      updatePreview();
+    }
+
+    async function apply() {
+      const id = select.value;
+      const t = Math.round(Number(slider.value) * 10) / 1000;
+      applyButton.disabled = true;
+      try {
+        const entry = await patch(q(id), { threshold: t });
+        main.querySelector("#tune-applied").textContent =
+          `Applied ${percent(entry.threshold)} (registry version ${count(entry.version)}); the job takes it at its next micro-batch.`;
+        notify(`${entry.name}: threshold ${percent(entry.threshold)}`);
+        await refreshQueries();
+        await load();
+      } catch (error) {
+        notify(`Threshold not applied: ${error.message}`, { bad: true });
+        updatePreview();
+      }
+    }
+
+    slider.addEventListener("input", updatePreview);
+    select.addEventListener("change", () => { main.querySelector("#tune-applied").textContent = ""; load(); });
+    main.querySelector("#tune-batches").addEventListener("change", load);
+    main.querySelector("#tune-reload").addEventListener("click", load);
+    main.querySelector("#tune-reset").addEventListener("click", () => {
+      if (current !== null) slider.value = String(current * 100);
+      updatePreview();
+    });
+    applyButton.addEventListener("click", apply);
+    const onQueries = () => { const before = select.value; fillQueries(); if (select.value !== before) load(); };
+    bus.addEventListener("queries", onQueries);
+    fillQueries();
+    load();
+    return () => { bus.removeEventListener("queries", onQueries); purge(chart); };
+  },
+};

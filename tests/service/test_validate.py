@@ -1,0 +1,66 @@
+"""POST /api/queries/validate: the editor's check, by role, against the core's own parser,
+and it writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from penumbra.query import QueryError, parse
+
+from .conftest import JOIN, bearer, unique
+
+ROUTE = "/api/queries/validate"
+
+
+@pytest.mark.parametrize("role", ["viewer", "analyst", "admin"])
+def test_every_role_may_validate(client, as_role, role):
+    answer = client.post(ROUTE, json={"text": JOIN.format(a=unique("V"), b=unique("V"))}, headers=as_role(role))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["valid"], body["kind"], body["threshold"], body["line"]) == (True, "join", 0.6, None)
+    assert len(body["streams"]) == 2
+
+
+@pytest.mark.parametrize("headers", [{}, bearer("pn_unknown-token")])
+def test_without_a_valid_token_401(client, headers):
+    answer = client.post(ROUTE, json={"text": "SELECT"}, headers=headers)
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT * FROM A X, B Y\nWHERE WINDW(X, Y) = 100",
+    "PATTERN SEQ(a x, b y) WITHIN 10 RETURN x, y WITH CONFIDENCE 2",
+    "SEQUENCE(Shelf x, !Counter y, Exit z)\nWHERE x.tag = z.tag\n  AND\nWITHIN 600 THRESHOLD 0.5",
+    "SELECT * FROM",
+])
+def test_line_and_column_are_the_parsers(client, as_role, text):
+    with pytest.raises(QueryError) as expected:
+        parse(text)
+    answer = client.post(ROUTE, json={"text": text}, headers=as_role("viewer"))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["valid"] is False
+    assert (body["message"], body["line"], body["column"]) == \
+        (expected.value.message, expected.value.line, expected.value.column)
+
+
+def test_the_threshold_is_checked_like_registering(client, as_role):
+    text = JOIN.format(a=unique("V"), b=unique("V"))
+    answer = client.post(ROUTE, json={"text": text, "threshold": 0.75}, headers=as_role("analyst")).json()
+    assert (answer["valid"], answer["threshold"]) == (True, 0.75)
+    refused = client.post(ROUTE, json={"text": text, "threshold": 1.5}, headers=as_role("analyst"))
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "threshold"
+
+
+def test_nothing_is_written(client, as_role, store, keys):
+    before = (store.get(keys.version), store.xlen(keys.audit), store.hlen(keys.queries))
+    for text in (JOIN.format(a=unique("V"), b=unique("V")), "SELECT * FROM"):
+        assert client.post(ROUTE, json={"text": text}, headers=as_role("admin")).status_code == 200
+    assert (store.get(keys.version), store.xlen(keys.audit), store.hlen(keys.queries)) == before
+
+
+def test_unknown_fields_and_empty_text_are_422(client, as_role):
+    for body in ({"text": "SELECT", "id": "x"}, {"text": ""}, {}):
+        answer = client.post(ROUTE, json=body, headers=as_role("viewer"))
+        assert answer.status_code == 422, (body, answer.text)
