@@ -235,8 +235,9 @@ class WhatIfOut(BaseModel):
     matches: int = Field(description="matches found in the window")
     near_misses: int = Field(description="candidates between the floor and the threshold in the window")
     near_miss_samples: int = Field(description="near misses whose probability the job recorded")
-    exact: bool = Field(description="false when near misses were only sampled (counts below the "
-                                    "threshold are then scaled from the samples)")
+    exact: bool = Field(description="true when every near miss is known by its probability or its "
+                                    "hundredth of probability (the thresholds are then on that grid); false when "
+                                    "some were only sampled and are scaled from the samples")
     points: list[WhatIfPoint]
 
 

@@ -172,10 +172,12 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
             steps: Annotated[int, Query(ge=2, le=200, description="thresholds from the floor to 1")] = 21) -> dict:
     """Counts, at thresholds from the floor to 1, the window's candidates that would
     match: its matches (each with its probability) plus its near misses (candidates
-    between the floor and the threshold). The job counts every near miss but records
-    the probability of only a sample of them (20 per group and batch); below the current
-    threshold the near misses are then scaled from the sample (``exact`` false). Pattern
-    and lossy queries record no candidates below their threshold: their floor is it."""
+    between the floor and the threshold). A join's job records its near misses binned by
+    hundredths of probability (``near_miss_histogram``): the thresholds are then taken on
+    that grid and the counts are exact. Where a batch recorded only a sample of its near
+    misses' probabilities (20 per group and batch), they are scaled from the sample
+    (``exact`` false). Pattern and lossy queries record no candidates below their
+    threshold: their floor is it."""
     observed = service.redis.xrevrange(service.keys.observations(query_id), count=batches)
     records = [(_batch(f), json.loads(f[b"o"])) for _, f in observed]
     threshold = entry.get("threshold")
@@ -186,17 +188,54 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     floor = float(floor or 0.0)
     batch_ids = [b for b, _ in records if b is not None]
     match_probs = np.array(_window_matches(service, query_id, min(batch_ids)) if batch_ids else [])
-    near_total = sum(int(o.get("counters", {}).get("near_misses", 0)) for _, o in records)
-    samples = np.array([m["prob"] for _, o in records for m in o.get("near_misses", [])
-                        if isinstance(m, dict) and isinstance(m.get("prob"), (int, float))])
-    scale = near_total / len(samples) if len(samples) else 0.0
-    points = []
-    for t in np.linspace(floor, 1.0, steps):
-        near = float((samples >= t).sum()) * scale if len(samples) else 0.0
-        points.append({"threshold": float(t), "matches": float((match_probs >= t).sum()) + near})
+    near = _NearMisses(records)
+    thresholds = np.linspace(floor, 1.0, steps)
+    if near.binned:
+        # counts by bin are exact at the bins' edges
+        thresholds = sorted({min(1.0, math.ceil(t * 100 - 1e-9) / 100) for t in thresholds})
+    points = [{"threshold": float(t), "matches": float((match_probs >= t).sum()) + near.at_least(t)}
+              for t in thresholds]
     return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(records),
-            "matches": int(len(match_probs)), "near_misses": near_total, "near_miss_samples": int(len(samples)),
-            "exact": near_total == len(samples), "points": points}
+            "matches": int(len(match_probs)), "near_misses": near.total, "near_miss_samples": near.samples,
+            "exact": near.exact, "points": points}
+
+
+class _NearMisses:
+    """A window's near misses: per batch, its histogram when it covers the batch's count,
+    else its samples (exact when they are all of them, scaled otherwise)."""
+
+    def __init__(self, records: list[tuple]):
+        self.total = self.samples = 0
+        self.binned: dict[float, int] = {}
+        known, sampled, sampled_total = [], [], 0
+        for _, observed in records:
+            count = int(observed.get("counters", {}).get("near_misses", 0))
+            probs = [m["prob"] for m in observed.get("near_misses", [])
+                     if isinstance(m, dict) and isinstance(m.get("prob"), (int, float))]
+            histogram = observed.get("near_miss_histogram")
+            self.total += count
+            self.samples += len(probs)
+            if isinstance(histogram, dict) and sum(histogram.values()) == count:
+                for edge, n in histogram.items():
+                    self.binned[float(edge)] = self.binned.get(float(edge), 0) + int(n)
+            elif len(probs) == count:
+                known += probs
+            else:
+                sampled += probs
+                sampled_total += count
+        self.known = np.array(known)
+        if not sampled:
+            # batches without a single sample of their own borrow the window's known probabilities
+            sampled = known or [edge for edge, n in self.binned.items() for _ in range(n)]
+        self.sampled = np.array(sampled)
+        self.scale = sampled_total / len(sampled) if sampled else 0.0
+        self.exact = sampled_total == 0
+
+    def at_least(self, threshold: float) -> float:
+        """Near misses with probability at least ``threshold`` (a bin counts when its lower
+        edge does)."""
+        binned = sum(n for edge, n in self.binned.items() if edge >= threshold - 1e-12)
+        return float(binned + (self.known >= threshold).sum() + (self.sampled >= threshold).sum() * self.scale)
 
 
 @router.get("/metrics", response_model=MetricsOut, responses=errors(401, 403), summary="The job's metrics")

@@ -145,6 +145,29 @@ def test_what_if_counts_matches_and_near_misses(client, as_role, store, keys, jo
     assert wide["points"][0]["matches"] == pytest.approx(5 + 103)
 
 
+def test_what_if_is_exact_on_the_hundredths_with_the_jobs_near_miss_histograms(client, as_role, store, keys,
+                                                                                join_query):
+    query_id, _, _ = join_query
+    write_matches(store, keys, query_id, [0.72, 0.9], batch=1)
+    # 60 near misses, 2 of them sampled, all of them binned
+    write_observation(store, keys, query_id, 1, floor=0.05, counters={"near_misses": 60},
+                      near_misses=[{"prob": 0.31}, {"prob": 0.555}],
+                      near_miss_histogram={"0.05": 10, "0.31": 20, "0.55": 25, "0.69": 5})
+    write_matches(store, keys, query_id, [0.7], batch=2)
+    write_observation(store, keys, query_id, 2, floor=0.05, counters={"near_misses": 1},
+                      near_misses=[{"prob": 0.4}], near_miss_histogram={"0.40": 1})
+    answer = client.get(f"/api/queries/{query_id}/what-if", params={"batches": 2, "steps": 20},
+                        headers=as_role("viewer")).json()
+    assert answer["exact"] is True and answer["near_misses"] == 61 and answer["matches"] == 3
+    # each near miss stands for its bin's lower edge: exact at thresholds on the grid
+    candidates = [0.05] * 10 + [0.31] * 20 + [0.55] * 25 + [0.69] * 5 + [0.40] + [0.72, 0.9, 0.7]
+    thresholds = [point["threshold"] for point in answer["points"]]
+    assert thresholds[0] == 0.05 and thresholds[-1] == 1.0
+    assert all(round(t * 100) == pytest.approx(t * 100) for t in thresholds)
+    for point in answer["points"]:
+        assert point["matches"] == sum(p >= point["threshold"] - 1e-12 for p in candidates)
+
+
 def test_metrics(client, as_role, store, keys):
     store.xadd(keys.metrics, {"metrics": json.dumps({"batch": 7, "rows": 10, "input_rate": float("nan")})})
     answer = client.get("/api/metrics", params={"limit": 1}, headers=as_role("viewer")).json()
