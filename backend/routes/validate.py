@@ -1,7 +1,8 @@
 """Checking a query without registering it (the dashboard's editor validates as you type).
 
-The query is parsed and built against the registered stream parameters exactly as
-``POST /api/queries`` does, and nothing is written. A query that does not hold answers
+``POST /api/validate``: the query is parsed and built against the registered stream
+parameters exactly as ``POST /api/queries`` does, and nothing is written. (Not under
+``/api/queries/``, where the segment would read as a query id.) A query that does not hold answers
 200 with ``valid: false`` and the message, line and column: a mistake being typed is the
 normal case here, not an error of the request.
 """
@@ -21,7 +22,7 @@ from ..deps import ServiceDep, ViewerDep
 from ..models import Body, Probability
 from . import errors
 
-router = APIRouter(prefix="/queries", tags=["queries"])
+router = APIRouter(tags=["queries"])
 
 
 class ValidateIn(Body):

@@ -104,11 +104,13 @@ function route() {
     else link.removeAttribute("aria-current");
   }
   if (unmount) unmount();
-  const main = $("#main");
-  main.replaceChildren();
+  // each view gets its own element: a late answer for a view left meanwhile lands in a
+  // detached element instead of the next view
+  const root = document.createElement("div");
+  $("#main").replaceChildren(root);
   const params = new URLSearchParams(location.hash.split("?")[1] ?? "");
-  unmount = VIEWS[view].mount(main, params) ?? null;
-  applyRole(main);
+  unmount = VIEWS[view].mount(root, params) ?? null;
+  applyRole(root);
   document.title = `${VIEWS[view].title} · Penumbra`;
 }
 

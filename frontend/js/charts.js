@@ -57,5 +57,5 @@ export async function draw(element, data, extraLayout) {
 }
 
 export function purge(element) {
-  if (window.Plotly && element) window.Plotly.purge(element);
+  if (window.Plotly && element && element._fullLayout) window.Plotly.purge(element);
 }

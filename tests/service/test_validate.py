@@ -1,4 +1,4 @@
-"""POST /api/queries/validate: the editor's check, by role, against the core's own parser,
+"""POST /api/validate: the editor's check, by role, against the core's own parser,
 and it writes nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from penumbra.query import QueryError, parse
 
 from .conftest import JOIN, bearer, unique
 
-ROUTE = "/api/queries/validate"
+ROUTE = "/api/validate"
 
 
 @pytest.mark.parametrize("role", ["viewer", "analyst", "admin"])

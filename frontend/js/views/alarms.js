@@ -118,6 +118,7 @@ export default {
           since the alarm opened${a.last_prob !== null && a.last_prob !== undefined ? `; latest ${percent(a.last_prob)}` : ""}
           ${a.last ? ` at <span title="${esc(fullTime(Number(a.last.split("-")[0]) / 1000))}">${clock(Number(a.last.split("-")[0]) / 1000)}</span>` : ""}</p>
         ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}</p>` : ""}`;
+      element.querySelectorAll(".actions button, .actions select").forEach((control) => { control.disabled = false; });
       element.querySelector('[data-act="acknowledge"]').disabled = a.state !== "new";
       element.querySelector('[data-act="resolve"]').disabled = a.state === "resolved";
       return element;

@@ -25,7 +25,7 @@ const time = (s) => new Date(s * 1000);
 
 export default {
   title: "Buffers and health",
-  mount(main) {
+  mount(main, params) {
     main.innerHTML = `
       <div class="view-head"><h1>Buffers and health</h1></div>
       <section class="card stack" aria-labelledby="now-title">
@@ -121,7 +121,7 @@ export default {
     }
 
     function fillQueries() {
-      const chosen = $("#h-query").value;
+      const chosen = $("#h-query").value || params.get("query");
       const entries = [...store.queries.values()];
       $("#h-query").innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)}</option>`).join("")
         : `<option value="">no query registered</option>`;

@@ -82,7 +82,7 @@ export default {
       const entry = store.queries.get($("#ins-query").value);
       if (!entry) return;
       try {
-        streams = (await post("/queries/validate", { text: entry.text })).streams ?? [];
+        streams = (await post("/validate", { text: entry.text })).streams ?? [];
       } catch {
         streams = Object.keys(entry.streams ?? {});
       }

@@ -1,4 +1,4 @@
-// Queries: an editor that validates as you type (through POST /api/queries/validate) and
+// Queries: an editor that validates as you type (through POST /api/validate) and
 // marks the error's line and column in the text, starter templates for the three forms,
 // the streams known to the system; the registry's list with pause / resume / delete.
 
@@ -155,7 +155,7 @@ export default {
       inFlight = new AbortController();
       const threshold = thresholdInput.value ? Number(thresholdInput.value) / 100 : undefined;
       try {
-        const result = await post("/queries/validate", { text: value, ...(threshold > 0 && threshold <= 1 ? { threshold } : {}) },
+        const result = await post("/validate", { text: value, ...(threshold > 0 && threshold <= 1 ? { threshold } : {}) },
           { signal: inFlight.signal });
         if (text.value === value) showResult(result);
       } catch (error) {

@@ -94,7 +94,7 @@ export default {
       preview.innerHTML = `At <strong>${percent(t)}</strong>: <strong data-testid="preview-count">${approx}${count(Math.round(at))}</strong>
         ${Math.round(at) === 1 ? "match" : "matches"} in the window${now !== null ? ` (now ${count(Math.round(now))} at ${percent(current)})` : ""}${change}.`;
       applyButton.disabled = current !== null && Math.abs(t - current) < 1e-9;
-      if (drawn && window.Plotly) window.Plotly.relayout(chart, shapes(t));
+      if (drawn && chart.isConnected && chart._fullLayout) window.Plotly.relayout(chart, shapes(t));
     }
 
     async function load() {

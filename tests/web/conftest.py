@@ -1,0 +1,207 @@
+"""Fixtures of the dashboard tests: one real redis-server and one ``python -m backend`` on a
+free loopback port per session (stopped by their process ids), one Debian Chromium driven
+by Playwright per session, and a fresh browser context per test that records console
+errors, uncaught exceptions and any request to another origin, and leaves a screenshot
+under var/test-artifacts/web/.
+
+Results are written into Redis in the job's shape (as tests/service does), so no Spark
+job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from spark_jobs.redis_server import free_port
+from spark_jobs.store import Keys
+from tests.service.conftest import ADMIN_TOKEN, redis_server, unique  # noqa: F401 - fixtures reused
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "var" / "test-artifacts" / "web"
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"]
+#: Playwright's waits, milliseconds (a shared two-core machine is slow at times).
+WAIT_MS = 15_000
+
+if not CHROMIUM.exists():
+    pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def base_url(redis_server, tmp_path_factory):  # noqa: F811
+    """http:// URL of the service (API, websocket and dashboard) over the session's Redis."""
+    port = free_port()
+    env = {**os.environ, "PENUMBRA_REDIS_URL": redis_server.url, "PENUMBRA_ADMIN_TOKEN": ADMIN_TOKEN,
+           "PENUMBRA_PORT": str(port), "PENUMBRA_HOST": "127.0.0.1", "PENUMBRA_WS_POLL": "0.5"}
+    log = open(tmp_path_factory.mktemp("web") / "server.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "backend"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/health", timeout=2).status_code in (200, 503):
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "the service did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.kill(server.pid, signal.SIGTERM)
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def api(base_url):
+    """An HTTP client of the API; ``api.as_(role)`` gives the headers of a token of that role."""
+    client = httpx.Client(base_url=f"{base_url}/api", timeout=15)
+    tokens = {"admin": ADMIN_TOKEN}
+    for role in ("viewer", "analyst"):
+        answer = client.post("/tokens", json={"role": role, "label": f"web-{role}"},
+                             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert answer.status_code == 201, answer.text
+        tokens[role] = answer.json()["token"]
+    client.tokens = tokens
+    client.as_ = lambda role: {"Authorization": f"Bearer {tokens[role]}"}
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def store(redis_server):  # noqa: F811
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def keys() -> Keys:
+    return Keys()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+class Tab:
+    """A page with what it logged: console errors, uncaught exceptions, foreign requests."""
+
+    def __init__(self, page, base_url: str):
+        self.page = page
+        self.base_url = base_url
+        self.errors: list[str] = []
+        self.foreign: list[str] = []
+        self.allowed: list[re.Pattern] = []
+        origin = base_url.split("://", 1)[1]
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        page.on("request", lambda r: None if r.url.split("://", 1)[-1].startswith(origin)
+                or r.url.startswith(("data:", "blob:")) else self.foreign.append(r.url))
+        page.on("websocket", lambda ws: None if ws.url.split("://", 1)[-1].startswith(origin)
+                else self.foreign.append(ws.url))
+
+    def allow(self, pattern: str) -> None:
+        """A console error this test provokes on purpose (a refused token)."""
+        self.allowed.append(re.compile(pattern))
+
+    def open(self, view: str = "alarms") -> None:
+        self.page.goto(f"{self.base_url}/#/{view}")
+
+    def sign_in(self, token: str, view: str = "alarms") -> None:
+        self.open(view)
+        self.page.fill("#token", token)
+        self.page.click("#signin-form button[type=submit]")
+        self.page.wait_for_selector("#shell:not([hidden])")
+        self.page.wait_for_selector('#connection[data-state="live"]')
+
+    def unexpected_errors(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
+
+    def assert_clean(self) -> None:
+        assert not self.unexpected_errors(), self.unexpected_errors()
+        assert not self.foreign, f"requests left the app's origin: {self.foreign}"
+
+
+@pytest.fixture
+def tab(browser, base_url, request):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    opened = Tab(page, base_url)
+    try:
+        yield opened
+    finally:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+        except sync_api.Error:
+            pass
+        context.close()
+    opened.assert_clean()
+
+
+# ---- what the job would write
+
+
+def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, observations: dict[str, dict] = {}):
+    """A micro-batch as the sink writes it (XADDs and the pn:live PUBLISH in one MULTI/EXEC);
+    returns the match ids per query."""
+    pipe = store.pipeline(transaction=True)
+    for query, found in matches.items():
+        for match in found:
+            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
+    for query, record in observations.items():
+        pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
+    pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
+                                        "matches": {q: len(m) for q, m in matches.items()},
+                                        "observations": sorted(observations), "dead": 0}))
+    written = pipe.execute()
+    ids, n = {}, 0
+    for query, found in matches.items():
+        ids[query] = [i.decode() for i in written[n:n + len(found)]]
+        n += len(found)
+    return ids
+
+
+SEISMIC = json.loads((ROOT / "examples" / "seismic" / "streams.json").read_text())
+
+
+@pytest.fixture
+def join_query(api):
+    """A registered join over two fresh streams with the seismic example's templates:
+    (query id, stream A, stream B)."""
+    a, b = unique("Seis"), unique("Acou")
+    for name, params in ((a, SEISMIC["seismic"]), (b, SEISMIC["acoustic"])):
+        assert api.put(f"/streams/{name}", json=params, headers=api.as_("admin")).status_code == 200
+    query_id = unique("quake-")
+    text = f"SELECT * FROM {a} A, {b} B\nWHERE WINDOW(A, B) = 2000\nWITH THRESHOLD 0.6"
+    answer = api.post("/queries", json={"text": text, "id": query_id, "name": f"Quakes {query_id[-4:]}"},
+                      headers=api.as_("analyst"))
+    assert answer.status_code == 201, answer.text
+    return query_id, a, b
