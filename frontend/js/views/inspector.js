@@ -1,11 +1,14 @@
-// Probability inspector: for an event of a join's stream, P(|X_event - X_partner| <= d)
-// against the partner's max time, one line per partner template (or the shortest and
-// longest interval), with the threshold and the probing ranges LPR / SR / RPR shaded and
-// labelled (POST /api/queries/{id}/curve); beside it the probing ranges the job recorded
-// for recently arrived events.
+// Probability inspector. For a join: for an event of one of its streams,
+// P(|X_event - X_partner| <= d) against the partner's max time, one line per partner
+// template (or the shortest and longest interval), with the threshold and the probing
+// ranges LPR / SR / RPR shaded and labelled (POST /api/queries/{id}/curve), and the
+// probing ranges the job recorded for recently arrived events. For a pattern match: a
+// timeline of its events' uncertainty intervals and valid intervals with the match range
+// and confidence (the job's observations). For a lossy match: its observed and missed
+// components with the probability.
 
 import { get, post, q } from "../api.js";
-import { count, esc, number, percent } from "../format.js";
+import { clock, count, esc, likelihood, number, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, store } from "../store.js";
 import { notify } from "../ui.js";
@@ -23,9 +26,11 @@ export default {
   mount(main, params) {
     main.innerHTML = `
       <div class="view-head"><h1>Probability inspector</h1></div>
+      <div class="filters"><div><label for="ins-query">Query</label><select id="ins-query"></select></div></div>
+      <div id="match-panel" class="card stack" hidden></div>
+      <div id="join-panel" class="stack">
       <form class="card" id="inspect-form" novalidate>
         <div class="form-grid">
-          <div><label for="ins-query">Join query</label><select id="ins-query"></select></div>
           <div><label for="ins-stream">Event's stream</label><select id="ins-stream"></select></div>
           <div><label for="ins-id">Event id</label><input id="ins-id" value="probe"></div>
           <div><label for="ins-kind">Timestamp</label><select id="ins-kind">
@@ -47,19 +52,21 @@ export default {
       <section class="card" aria-labelledby="samples-title">
         <h2 id="samples-title">Probing ranges of recent events</h2>
         <div id="ins-samples"></div>
-      </section>`;
+      </section>
+      </div>`;
 
     const $ = (s) => main.querySelector(s);
     const chart = $("#ins-chart");
     let streams = [];
 
-    const joins = () => [...store.queries.values()].filter((e) => e.kind === "join");
+    const matchChart = () => main.querySelector("#match-chart");
 
     function fillQueries() {
       const chosen = $("#ins-query").value || params.get("query");
-      const entries = joins();
-      $("#ins-query").innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)}</option>`).join("")
-        : `<option value="">no join query registered</option>`;
+      const entries = [...store.queries.values()];
+      $("#ins-query").innerHTML = entries.length
+        ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
+        : `<option value="">no query registered</option>`;
       if (entries.some((e) => e.id === chosen)) $("#ins-query").value = chosen;
     }
 
@@ -81,6 +88,14 @@ export default {
     async function chooseQuery() {
       const entry = store.queries.get($("#ins-query").value);
       if (!entry) return;
+      $("#join-panel").hidden = entry.kind !== "join";
+      $("#match-panel").hidden = entry.kind === "join";
+      if (entry.kind !== "join") {
+        purge(chart);
+        await (entry.kind === "pattern" ? showPattern(entry) : showSequence(entry));
+        return;
+      }
+      purge(matchChart());
       try {
         streams = (await post("/validate", { text: entry.text })).streams ?? [];
       } catch {
@@ -172,6 +187,86 @@ export default {
           + `</tr>`).join("") + `</tbody></table>`;
     }
 
+
+    // ---- pattern matches: a timeline of the events' intervals
+
+    async function showPattern(entry) {
+      const panel = $("#match-panel");
+      let found = [];
+      try {
+        const records = (await get(`${q(entry.id)}/observations?limit=20`)).items;
+        found = records.flatMap((r) => (r.observations?.matches ?? []).map((m) => ({ ...m, batch: r.batch })));
+      } catch { /* shown as none */ }
+      if (!found.length) {
+        panel.innerHTML = `<h2>Pattern matches</h2><p class="muted">No match detail recorded yet (the job records
+          the intervals of the first matches of each micro-batch).</p>`;
+        return;
+      }
+      panel.innerHTML = `<h2>Pattern match</h2>
+        <div><label for="ins-match">Match</label><select id="ins-match">${found.map((m, i) =>
+          `<option value="${i}">${esc(Object.values(m.events).join(", "))} · ${percent(m.prob)} · batch ${count(m.batch)}</option>`).join("")}</select></div>
+        <p id="match-note"></p>
+        <div class="chart small" id="match-chart" role="img" aria-label="The match's events' uncertainty intervals on a timeline"></div>`;
+      const drawMatch = () => {
+        const m = found[Number($("#ins-match").value)];
+        const variables = Object.keys(m.intervals ?? m.events);
+        const colours = palette();
+        const bar = (key, name, width, colour) => ({
+          type: "bar", orientation: "h", name, y: variables,
+          base: variables.map((v) => m[key]?.[v]?.[0] ?? null),
+          x: variables.map((v) => (m[key]?.[v] ? m[key][v][1] - m[key][v][0] || 0.5 : null)),
+          width, marker: { color: colour }, hovertemplate: `%{y}: %{base:,.1f} – %{customdata:,.1f}<extra>${name}</extra>`,
+          customdata: variables.map((v) => m[key]?.[v]?.[1] ?? null),
+        });
+        const shapes = m.range ? [{ type: "rect", xref: "x", yref: "paper", x0: m.range[0], x1: m.range[1], y0: 0, y1: 1,
+          fillcolor: "rgba(31,95,191,0.10)", line: { color: colours.accent, dash: "dot" }, layer: "below" }] : [];
+        draw(matchChart(), [bar("intervals", "occurrence interval", 0.6, colours.muted), bar("valid", "valid interval", 0.3, colours.accent)], {
+          barmode: "overlay", xaxis: { title: { text: "time" } }, yaxis: { autorange: "reversed", type: "category" },
+          shapes, annotations: m.range ? [{ x: (m.range[0] + m.range[1]) / 2, y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
+            text: `match range ${number(m.range[0])} – ${number(m.range[1])}` }] : [],
+          margin: { l: 60, r: 16, t: 30, b: 48 },
+        });
+        $("#match-note").innerHTML = `Confidence <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that
+          ${variables.map(esc).join(" < ")} happened in this order within the window; events ${esc(Object.entries(m.events).map(([v, id]) => `${v} ${id}`).join(", "))}.`;
+      };
+      $("#ins-match").addEventListener("change", drawMatch);
+      drawMatch();
+    }
+
+    // ---- lossy matches: observed and missed components
+
+    async function showSequence(entry) {
+      const panel = $("#match-panel");
+      const components = [...(entry.text.match(/SEQUENCE\s*\(([^)]*)\)/i)?.[1] ?? "").split(",")]
+        .map((part) => part.trim().match(/^(!?)\s*(\S+)\s+(\S+)$/)).filter(Boolean)
+        .map(([, negated, stream, variable]) => ({ negated: !!negated, stream, variable }));
+      let matches = [];
+      try {
+        matches = (await get(`${q(entry.id)}/matches?limit=50`)).items;
+      } catch { /* shown as none */ }
+      if (!matches.length) {
+        panel.innerHTML = `<h2>Lossy matches</h2><p class="muted">No match yet.</p>`;
+        return;
+      }
+      panel.innerHTML = `<h2>Lossy match</h2>
+        <div><label for="ins-match">Match</label><select id="ins-match">${matches.map((m, i) =>
+          `<option value="${i}">${clock(m.at)} · ${percent(m.prob)} · ${esc(Object.values(m.events).join(", "))}</option>`).join("")}</select></div>
+        <div id="lossy-detail"></div>`;
+      const show = () => {
+        const m = matches[Number($("#ins-match").value)];
+        const missed = components.filter((c) => !c.negated && !(c.variable in m.events));
+        $("#lossy-detail").innerHTML = `<p>Probability <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that the
+          sequence happened, with ${missed.length ? `${missed.length} component${missed.length > 1 ? "s" : ""} missed by ${missed.length > 1 ? "their readers" : "its reader"}` : "every positive component observed"}.</p>
+          <table class="responsive"><thead><tr><th scope="col">Component</th><th scope="col">Stream</th><th scope="col">Event</th></tr></thead><tbody>`
+          + components.map((c) => `<tr><td data-label="Component"><code>${c.negated ? "!" : ""}${esc(c.variable)}</code></td>
+            <td data-label="Stream">${esc(c.stream)}</td><td data-label="Event">${c.negated ? "<span class=\"muted\">must not occur (negated)</span>"
+              : c.variable in m.events ? `✓ observed: <code>${esc(m.events[c.variable])}</code>` : "<strong>✗ missed</strong> (not read; probability includes it)"}</td></tr>`).join("")
+          + `</tbody></table>`;
+      };
+      $("#ins-match").addEventListener("change", show);
+      show();
+    }
+
     $("#ins-query").addEventListener("change", chooseQuery);
     $("#ins-stream").addEventListener("change", () => { fillTemplates(); drawCurve(); });
     $("#ins-kind").addEventListener("change", showKind);
@@ -191,6 +286,7 @@ export default {
       bus.removeEventListener("queries", onQueries);
       bus.removeEventListener("partitions", onPartitions);
       purge(chart);
+      purge(matchChart());
     };
   },
 };

@@ -251,7 +251,7 @@ export default {
             <td data-label="Actions"><div class="actions">
               <button type="button" data-role="analyst" data-act="pause" data-key="${esc(e.id)}:pause">${e.paused ? "Resume" : "Pause"}</button>
               <a href="#/tuner?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:tune">Tune</a>
-              ${e.kind === "join" ? `<a href="#/inspector?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:inspect">Inspect</a>` : ""}
+              <a href="#/inspector?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:inspect">Inspect</a>
               <button type="button" class="danger" data-role="analyst" data-act="delete" data-key="${esc(e.id)}:delete">Delete</button>
             </div></td></tr>`;
         }).join("")}</tbody></table>`;

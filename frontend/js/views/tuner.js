@@ -9,6 +9,9 @@ import { draw, palette, purge } from "../charts.js";
 import { bus, refreshQueries, store } from "../store.js";
 import { notify } from "../ui.js";
 
+/** Thresholds applied from this tab, per query: [{batch, threshold}] (the rate chart's marks). */
+const APPLIED = new Map();
+
 /** Candidates at threshold ``t``, interpolated between the what-if's points. */
 export function matchesAt(points, t) {
   if (!points.length) return 0;
@@ -46,6 +49,12 @@ export default {
           <button type="button" id="tune-reset">Back to current</button>
           <span id="tune-applied" class="muted" role="status"></span>
         </div>
+      </section>
+      <section class="card stack" aria-labelledby="rate-title">
+        <h2 id="rate-title">Matches per micro-batch, live</h2>
+        <p class="muted small">What this tab has received of the query's matches, by the micro-batch that found them;
+          thresholds applied from this tab are marked.</p>
+        <div class="chart small" id="tune-rate" role="img" aria-label="Matches per micro-batch with the threshold changes marked"></div>
       </section>`;
 
     const select = main.querySelector("#tune-query");
@@ -53,6 +62,7 @@ export default {
     const chart = main.querySelector("#tune-chart");
     const preview = main.querySelector("#tune-preview");
     const applyButton = main.querySelector("#tune-apply");
+    const rateChart = main.querySelector("#tune-rate");
     let whatIf = null;
     let current = null;
     let drawn = false;
@@ -116,6 +126,10 @@ export default {
         ? `${count(whatIf.batches)} micro-batches: ${count(whatIf.matches)} matches and ${count(whatIf.near_misses)} near misses `
           + `(candidates between the floor ${percent(whatIf.floor)} and the threshold)${whatIf.exact ? "" : "; counts below the current threshold are scaled from samples"}.`
         : "No micro-batch observed for this query yet: the chart fills as the job runs.";
+      if (entry && entry.kind !== "join") {
+        main.querySelector("#tune-window").textContent += ` A ${entry.kind} query records no candidate below its threshold, `
+          + "so only raising it can be previewed.";
+      }
       const colours = palette();
       const t = Number(slider.value) / 100;
       await draw(chart, [{
@@ -131,17 +145,42 @@ export default {
       updatePreview();
     }
 
+    function drawRate() {
+      const id = select.value;
+      const perBatch = new Map();
+      for (const match of store.matches) {
+        if (match.query === id && match.batch !== null && match.batch !== undefined) {
+          perBatch.set(match.batch, (perBatch.get(match.batch) ?? 0) + 1);
+        }
+      }
+      const batches = [...perBatch.keys()].sort((a, b) => a - b).slice(-80);
+      const colours = palette();
+      const marks = (APPLIED.get(id) ?? []).filter((c) => !batches.length || c.batch >= batches[0]);
+      draw(rateChart, [{ x: batches, y: batches.map((b) => perBatch.get(b)), type: "bar", name: "matches",
+        marker: { color: colours.accent }, hovertemplate: "batch %{x}: %{y:,} matches<extra></extra>" }], {
+        showlegend: false, margin: { l: 52, r: 12, t: 24, b: 40 },
+        xaxis: { title: { text: "micro-batch" } }, yaxis: { title: { text: "matches" }, rangemode: "tozero" },
+        shapes: marks.map((c) => ({ type: "line", xref: "x", yref: "paper", x0: c.batch + 0.5, x1: c.batch + 0.5, y0: 0, y1: 1,
+          line: { color: colours.danger, dash: "dash", width: 2 } })),
+        annotations: marks.map((c) => ({ x: c.batch + 0.5, y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
+          text: `→ ${percent(c.threshold)}`, font: { color: colours.danger } })),
+      });
+    }
+
     async function apply() {
       const id = select.value;
       const t = Math.round(Number(slider.value) * 10) / 1000;
       applyButton.disabled = true;
       try {
         const entry = await patch(q(id), { threshold: t });
+        const seen = store.matches.find((m) => m.query === id && m.batch !== null && m.batch !== undefined);
+        APPLIED.set(id, [...(APPLIED.get(id) ?? []), { batch: seen ? seen.batch : 0, threshold: entry.threshold }]);
         main.querySelector("#tune-applied").textContent =
           `Applied ${percent(entry.threshold)} (registry version ${count(entry.version)}); the job takes it at its next micro-batch.`;
         notify(`${entry.name}: threshold ${percent(entry.threshold)}`);
         await refreshQueries();
         await load();
+        drawRate();
       } catch (error) {
         notify(`Threshold not applied: ${error.message}`, { bad: true });
         updatePreview();
@@ -158,9 +197,22 @@ export default {
     });
     applyButton.addEventListener("click", apply);
     const onQueries = () => { const before = select.value; fillQueries(); if (select.value !== before) load(); };
+    let ratePending = false;
+    const onMatches = () => {
+      if (ratePending) return;
+      ratePending = true;
+      setTimeout(() => { ratePending = false; drawRate(); }, 1000);
+    };
     bus.addEventListener("queries", onQueries);
+    bus.addEventListener("matches", onMatches);
+    select.addEventListener("change", drawRate);
     fillQueries();
-    load();
-    return () => { bus.removeEventListener("queries", onQueries); purge(chart); };
+    load().then(drawRate);
+    return () => {
+      bus.removeEventListener("queries", onQueries);
+      bus.removeEventListener("matches", onMatches);
+      purge(chart);
+      purge(rateChart);
+    };
   },
 };
