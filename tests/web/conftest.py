@@ -150,7 +150,7 @@ class Tab:
 
 @pytest.fixture
 def tab(browser, base_url, request):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US", timezone_id="UTC")
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     opened = Tab(page, base_url)

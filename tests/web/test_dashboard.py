@@ -168,6 +168,26 @@ def test_no_match_missed_or_shown_twice_across_a_reconnect(tab, api, store, keys
     assert shown == (before + during + after)[::-1]
 
 
+def test_thousands_of_matches_render_a_page_at_a_time(tab, api, store, keys, join_query):
+    query_id, _, _ = join_query
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], f"alarms?query={query_id}")
+    page.select_option("#f-query", query_id)
+    for batch in range(3):
+        write_batch(store, keys, batch, {query_id: [{"events": {"A": f"s{batch}-{n}", "B": f"b{batch}-{n}"},
+                                                     "prob": 0.5 + (n % 50) / 100} for n in range(1000)]})
+    card = page.locator(f'.group[data-query="{query_id}"]')
+    card.locator('[data-testid="count"]', has_text="3,000").wait_for()
+    more = page.locator("#more")
+    more.locator("text=2,900 not shown").wait_for()
+    assert page.locator("#feed li").count() == 100
+    started = time.monotonic()
+    more.click()
+    more.locator("text=2,800 not shown").wait_for()
+    assert page.locator("#feed li").count() == 200
+    assert time.monotonic() - started < 5
+
+
 # ---- queries
 
 
