@@ -79,7 +79,7 @@ def mount_frontend(app: FastAPI, folder: Path = FRONTEND) -> None:
         return FileResponse(plotly, media_type="text/javascript",
                             headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
-    app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False, name="dashboard")
+    app.add_api_route("/", dashboard, methods=["GET", "HEAD"], include_in_schema=False, name="dashboard")
     app.add_api_route("/static/plotly.min.js", plotly_bundle, methods=["GET"], include_in_schema=False,
                       name="plotly")
     app.mount("/static", _Static(directory=folder, check_dir=False), name="static")

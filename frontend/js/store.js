@@ -102,14 +102,28 @@ function setConnection(state, text) {
   emit("connection", { state, text });
 }
 
+let registryTimer = null;
+let registryPending = null;
+
+/** Reads the registry again shortly (coalescing many calls into one read). */
+function refreshSoon() {
+  registryPending ??= setTimeout(() => {
+    registryPending = null;
+    refreshQueries().catch(() => {});
+  }, 500);
+}
+
 export function startLive() {
   stopped = false;
   connect();
+  // thresholds, pauses and queries changed by others
+  registryTimer = setInterval(() => store.connection === "live" && refreshQueries().catch(() => {}), 30000);
 }
 
 export function stopLive() {
   stopped = true;
   clearTimeout(retryTimer);
+  clearInterval(registryTimer);
   clearInterval(pingTimer);
   if (socket) socket.close(1000, "signed out");
   socket = null;
@@ -175,6 +189,7 @@ function receive(ws, message) {
       refreshAlarms().catch(() => {});
       break;
     case "matches": {
+      if (!store.queries.has(message.query)) refreshSoon(); // registered since the last read
       const name = `matches:${message.query}`;
       const current = store.cursors[name];
       if (!current || compareIds(message.id, current) > 0) store.cursors[name] = message.id;
