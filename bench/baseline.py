@@ -54,7 +54,8 @@ def run_eval(arguments: list[str], source: Path = ROOT) -> tuple[float, float, d
     its exit; its CPU seconds (what other work on a shared machine changes least); and the
     counters it printed."""
     started, cpu = time.perf_counter(), _children_cpu()
-    done = subprocess.run([sys.executable, "-m", "penumbra", "eval", "--stats", *arguments],
+    # run in the tree: ``python -m`` puts the working folder first on the path, ahead of PYTHONPATH
+    done = subprocess.run([sys.executable, "-m", "penumbra", "eval", "--stats", *arguments], cwd=source,
                           env=_environment(source), capture_output=True, text=True, check=True)
     return time.perf_counter() - started, _children_cpu() - cpu, json.loads(done.stdout)
 
