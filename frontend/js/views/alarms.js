@@ -194,7 +194,6 @@ export default {
     main.querySelector("#alarm-filters").addEventListener("input", () => { limit = PAGE; renderGroups(); renderFeed(); });
     main.querySelector("#alarm-filters").addEventListener("submit", (event) => event.preventDefault());
     more.addEventListener("click", () => { limit += PAGE; renderFeed(); });
-    if (params.get("query")) fQuery.value = params.get("query");
 
     bus.addEventListener("matches", onMatches);
     bus.addEventListener("alarms", onAlarms);

@@ -11,7 +11,6 @@ import { get, post, q } from "../api.js";
 import { clock, count, esc, likelihood, number, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, store } from "../store.js";
-import { notify } from "../ui.js";
 
 const REGIONS = [["lpr", "LPR", "left probing range"], ["sr", "SR", "safe range"], ["rpr", "RPR", "right probing range"]];
 const FILL = { lpr: "rgba(31,95,191,0.12)", sr: "rgba(47,111,62,0.14)", rpr: "rgba(192,91,0,0.12)" };
