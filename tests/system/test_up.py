@@ -2,7 +2,8 @@
 
 The slow scenario runs in steps on one home: a first start (health, the job's
 heartbeat, the printed token), a match flowing from REST through the real Spark job,
-SIGTERM (every process gone, exit 0), a second start on the same home (same token,
+matches on the live feed (replayed and live) and a threshold PATCH applying to what
+comes next, SIGTERM (every process gone, exit 0), a second start on the same home (same token,
 query, checkpoint and data; the job carries on), and kill -9 of the job (reported and
 restarted). Each step needs the ones before it and is skipped when one failed.
 
@@ -116,12 +117,12 @@ def wait_ready(up: Up) -> str:
     return up.wait_for(r"^\s+url\s+(http://\S+)/docs", START_TIMEOUT).group(1)
 
 
-def wait_matches(scenario: Scenario, count: int) -> list[dict]:
+def wait_matches(scenario: Scenario, count: int, query: str = QUERY_ID) -> list[dict]:
     """Until the query has ``count`` matches over REST; they, oldest first."""
     deadline = time.monotonic() + MATCH_TIMEOUT
     with http(scenario.base) as client:
         while True:
-            answer = client.get(f"/api/queries/{QUERY_ID}/matches", headers=bearer(scenario.token))
+            answer = client.get(f"/api/queries/{query}/matches", headers=bearer(scenario.token))
             assert answer.status_code == 200, answer.text
             items = answer.json()["items"]
             if len(items) >= count:
@@ -181,6 +182,83 @@ def test_a_match_flows_from_rest_through_the_job(scenario):
     with scenario.redis() as client:
         scenario.batches = int(client.hget(KEYS.batches, scenario.job_id))
     scenario.done.add("match")
+
+
+TUNED = "SELECT * FROM upC A, upD B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+TUNED_ID = "up-tuned"
+
+
+def near_pair(n: int) -> list[dict]:
+    """B over [124, 126] then A over [0, 250] (relative to 1000 n; in order of max time, as the
+    undeclared streams allow no delay): P(|X_A - X_B| <= 100) = 0.8."""
+    return [{"stream": "upd", "id": f"d{n}", "ts": {"lo": 1000.0 * n + 124, "hi": 1000.0 * n + 126}},
+            {"stream": "upc", "id": f"c{n}", "ts": {"lo": 1000.0 * n, "hi": 1000.0 * n + 250}}]
+
+
+def sure_pair(n: int) -> list[dict]:
+    return [{**e, "stream": {"upa": "upc", "upb": "upd"}[e["stream"]], "id": f"s{e['id']}"} for e in pair(n)]
+
+
+def until(socket, kind: str, timeout: float = 30) -> dict:
+    """The next message of type ``kind`` on the live feed (what came before it is skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message = json.loads(socket.recv(timeout=max(0.1, deadline - time.monotonic())))
+        if message.get("type") == kind:
+            return message
+
+
+def feed_messages(socket, query: str, count: int, timeout: float) -> list[dict]:
+    """The next ``count`` match messages of ``query`` on the live feed."""
+    found, deadline = [], time.monotonic() + timeout
+    while len(found) < count:
+        message = json.loads(socket.recv(timeout=max(0.1, deadline - time.monotonic())))
+        if message.get("type") == "matches" and message.get("query") == query:
+            found.append(message)
+    return found
+
+
+@pytest.mark.slow
+def test_matches_reach_the_live_feed_and_a_threshold_patch_applies_to_what_comes_next(scenario):
+    from websockets.sync.client import connect
+
+    from penumbra.events import parse_event
+    from penumbra.probability import p_within
+
+    scenario.needs("match")
+    b, a = (parse_event(e) for e in near_pair(0))
+    assert p_within(a.histogram, b.histogram, 100) == pytest.approx(0.8), "the near pair sits between 0.6 and 0.9"
+    headers = bearer(scenario.token)
+    with http(scenario.base) as client, connect(f"ws://127.0.0.1:{scenario.port}/ws", open_timeout=30) as socket:
+        socket.send(json.dumps({"token": scenario.token}))
+        assert until(socket, "welcome")["role"] == "admin"
+        # the first match, replayed from the stream, as REST has it
+        socket.send(json.dumps({"type": "subscribe", "queries": [QUERY_ID], "kinds": ["matches"], "since": "0-0"}))
+        until(socket, "subscribed")
+        replayed = feed_messages(socket, QUERY_ID, 1, 30)
+        rest = client.get(f"/api/queries/{QUERY_ID}/matches", headers=headers).json()["items"]
+        assert [(m["id"], m["data"]["events"], m["data"]["prob"]) for m in replayed] == \
+            [(m["id"], m["events"], m["prob"]) for m in rest]
+        # live: a query registered now, its near pair matches at 0.6
+        answer = client.post("/api/queries", json={"text": TUNED, "id": TUNED_ID}, headers=headers)
+        assert answer.status_code == 201, answer.text
+        socket.send(json.dumps({"type": "subscribe", "queries": [TUNED_ID], "kinds": ["matches"]}))
+        until(socket, "subscribed")
+        post_events(scenario, near_pair(1))
+        assert [m["events"] for m in wait_matches(scenario, 1, TUNED_ID)] == [{"A": "c1", "B": "d1"}]
+        first = feed_messages(socket, TUNED_ID, 1, 30)
+        assert first[0]["data"]["events"] == {"A": "c1", "B": "d1"} and first[0]["data"]["prob"] == pytest.approx(0.8)
+        # at 0.9 the next near pair is a near miss, a sure pair still matches
+        answer = client.patch(f"/api/queries/{TUNED_ID}", json={"threshold": 0.9}, headers=headers)
+        assert answer.status_code == 200, answer.text
+        post_events(scenario, near_pair(2) + sure_pair(3))
+        wait_matches(scenario, 2, TUNED_ID)
+        second = feed_messages(socket, TUNED_ID, 1, 30)
+        assert second[0]["data"]["events"] == {"A": "sa3", "B": "sb3"} and second[0]["data"]["prob"] == 1.0
+        rest = client.get(f"/api/queries/{TUNED_ID}/matches", headers=headers).json()["items"]
+        assert [m["events"] for m in reversed(rest)] == [{"A": "c1", "B": "d1"}, {"A": "sa3", "B": "sb3"}]
+        answer = client.delete(f"/api/queries/{TUNED_ID}", headers=headers)
+        assert answer.status_code == 204, answer.text
 
 
 @pytest.mark.slow
