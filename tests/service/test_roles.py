@@ -39,6 +39,7 @@ ROUTES = {
     ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin",
     ("GET", "/api/me"): "viewer",
+    ("POST", "/api/validate"): "viewer",
     ("DELETE", "/api/tokens/{token_id}"): "admin",
 }
 LEVEL = {None: 0, "viewer": 1, "analyst": 2, "admin": 3}
@@ -46,7 +47,7 @@ CALLERS = ("nobody", "bad token", "viewer", "analyst", "admin")
 
 
 def body_for(method: str, path: str, stream: str):
-    if path == "/api/queries" and method == "POST":
+    if path in ("/api/queries", "/api/validate") and method == "POST":
         return {"text": JOIN.format(a=unique("R"), b=unique("R"))}
     if method == "PATCH":
         return {"threshold": 0.7}
