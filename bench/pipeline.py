@@ -288,7 +288,7 @@ def soak(rate: int, minutes: float, home: Path, report: Report) -> list[dict]:
             report.say(f"soak: {rate:,} events/s for {minutes:g} min")
             report.say("minute  fed        lag max s  batch p50 ms  batch max ms  state MB  job RSS MB  matches")
             started, sent, round_, queue, minute, seen, rows = time.monotonic(), 0, 0, [], 0, "0-0", []
-            while time.monotonic() - started < minutes * 60:
+            while minute < minutes:
                 due = int((time.monotonic() - started) * rate)
                 while sent < due:
                     if not queue:
