@@ -179,7 +179,7 @@ def main() -> None:
         print(json.dumps(operator_alone(events, streams, query, int(repeats))))
         return
     count, weighed, repeats, sweep_count = (4_000, 2_000, 1, 3_000) if args.quick else (EVAL_EVENTS, 20_000, 3, 50_000)
-    report = Report("patterns_dense", "Pattern throughput, match-dense and sparse workloads (one core)")
+    report = Report("patterns_dense_quick" if args.quick else "patterns_dense", "Pattern throughput, match-dense and sparse workloads (one core)")
     say = report.say
     before = baseline.tree()
     script = Path(__file__).resolve()
