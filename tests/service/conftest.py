@@ -7,6 +7,8 @@ server is stopped by its process id when the session ends, also when a test fail
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 
 import pytest
@@ -97,3 +99,23 @@ def join_query(client, as_role):
                          headers=as_role("analyst"))
     assert answer.status_code == 201, answer.text
     return query_id, a, b
+
+
+def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, observations: dict[str, dict] = {}):
+    """A micro-batch as the sink writes it (XADDs and the pn:live PUBLISH in one MULTI/EXEC);
+    returns the match ids per query."""
+    pipe = store.pipeline(transaction=True)
+    for query, found in matches.items():
+        for match in found:
+            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
+    for query, record in observations.items():
+        pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
+    pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
+                                        "matches": {q: len(m) for q, m in matches.items()},
+                                        "observations": sorted(observations), "dead": 0}))
+    written = pipe.execute()
+    ids, n = {}, 0
+    for query, found in matches.items():
+        ids[query] = [i.decode() for i in written[n:n + len(found)]]
+        n += len(found)
+    return ids

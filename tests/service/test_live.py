@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from backend.testing import ApiServer
 
-from .conftest import ADMIN_TOKEN, JOIN, unique
+from .conftest import ADMIN_TOKEN, JOIN, unique, write_batch
 
 #: A small queue, so the slow client overflows it quickly.
 QUEUE = 40
@@ -35,25 +35,6 @@ def live_url(redis_server, tokens, tmp_path_factory):
 
 def run(coroutine, timeout: float = 30.0):
     return asyncio.run(asyncio.wait_for(coroutine, timeout))
-
-
-def write_batch(store, keys, batch: int, matches: dict[str, list[dict]], observations: dict[str, dict] = {}):
-    """A micro-batch as the sink writes it; returns the match ids per query."""
-    pipe = store.pipeline(transaction=True)
-    for query, found in matches.items():
-        for match in found:
-            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
-    for query, record in observations.items():
-        pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
-    pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
-                                        "matches": {q: len(m) for q, m in matches.items()},
-                                        "observations": sorted(observations), "dead": 0}))
-    written = pipe.execute()
-    ids, n = {}, 0
-    for query, found in matches.items():
-        ids[query] = [i.decode() for i in written[n:n + len(found)]]
-        n += len(found)
-    return ids
 
 
 def match(n: int, size: int = 0) -> dict:

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from spark_jobs.redis_server import free_port
-from spark_jobs.store import Keys
-from tests.service.conftest import ADMIN_TOKEN, redis_server, unique  # noqa: F401 - fixtures reused
+from tests.service.conftest import (ADMIN_TOKEN, keys, redis_server, store, unique,  # noqa: F401 - fixtures reused
+                                    write_batch)
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
 
@@ -85,18 +84,6 @@ def api(base_url):
     client.as_ = lambda role: {"Authorization": f"Bearer {tokens[role]}"}
     yield client
     client.close()
-
-
-@pytest.fixture(scope="session")
-def store(redis_server):  # noqa: F811
-    client = redis.Redis.from_url(redis_server.url)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def keys() -> Keys:
-    return Keys()
 
 
 @pytest.fixture(scope="session")
@@ -167,26 +154,6 @@ def tab(browser, base_url, request):
 
 
 # ---- what the job would write
-
-
-def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, observations: dict[str, dict] = {}):
-    """A micro-batch as the sink writes it (XADDs and the pn:live PUBLISH in one MULTI/EXEC);
-    returns the match ids per query."""
-    pipe = store.pipeline(transaction=True)
-    for query, found in matches.items():
-        for match in found:
-            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
-    for query, record in observations.items():
-        pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
-    pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
-                                        "matches": {q: len(m) for q, m in matches.items()},
-                                        "observations": sorted(observations), "dead": 0}))
-    written = pipe.execute()
-    ids, n = {}, 0
-    for query, found in matches.items():
-        ids[query] = [i.decode() for i in written[n:n + len(found)]]
-        n += len(found)
-    return ids
 
 
 SEISMIC = json.loads((ROOT / "examples" / "seismic" / "streams.json").read_text())
