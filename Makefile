@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 # Penumbra itself: redis-server, the Spark job and the API on 127.0.0.1 (docs/up.md); Ctrl-C stops it
 run: setup
-	$(BIN)/penumbra up
+	$(BIN)/penumbra up --demo
 
 test: setup
 	$(BIN)/python -m pytest

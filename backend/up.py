@@ -18,9 +18,12 @@ exits with status 1. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the j
 it stops between micro-batches and keeps its checkpoint), then Redis (``SHUTDOWN SAVE``);
 the next ``penumbra up`` on the same home resumes from the same checkpoint and data.
 
-Hooks for more (a demo's simulated sensors and example queries): a :class:`Supervisor`
-runs whatever :class:`Child` processes its ``children`` hold, and calls each of its
-``on_ready`` callables once everything is up. docs/up.md has the whole story.
+``--demo`` adds the demo once everything is up (:class:`Demo`): the scenarios' streams
+and example queries are registered through the API, and one ``penumbra simulate ...
+--forever`` child per scenario sends its sensors' events in real time, supervised like
+the others. A :class:`Supervisor` runs whatever :class:`Child` processes its ``children``
+hold, and calls each of its ``on_ready`` callables once everything is up. docs/up.md and
+docs/demo.md have the whole story.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import redis
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Child", "Supervisor", "UpSettings", "api_app", "main"]
+__all__ = ["Child", "Demo", "Supervisor", "UpSettings", "api_app", "main"]
 
 LOOPBACK = "127.0.0.1"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +88,7 @@ class UpSettings(BaseSettings):
     up_stop_timeout: float = Field(120.0, gt=0,
                                    description="seconds the job has to finish its micro-batch and stop before SIGKILL")
     up_restarts: int = Field(5, ge=1, description="failures of one child in a row before up gives up")
+    demo_rate: float = Field(20.0, gt=0, le=10_000, description="events per second of each demo scenario (--demo)")
 
     @property
     def var(self) -> Path:
@@ -537,6 +541,80 @@ class Supervisor:
             self.say(f"{child.name}: {child.title} (pid {pid}) {how}")
 
 
+#: the label of the demo's token: each `up --demo` revokes the one before and makes a new one
+DEMO_LABEL = "demo"
+
+
+class Demo:
+    """``--demo``: the scenarios' streams and queries, and their simulators as children.
+
+    Once everything is up, an analyst token labelled ``demo`` replaces the previous one
+    (it is printed: the dashboard's sign-in takes it); the streams and queries are
+    registered through the API with a short-lived admin token (a query registered before
+    is kept as it is, tuned threshold and all); then one child per scenario runs
+    ``penumbra simulate <scenario> --forever`` at ``PENUMBRA_DEMO_RATE`` events/s."""
+
+    def __init__(self, supervisor: Supervisor):
+        from penumbra.scenarios import SCENARIOS
+
+        self.supervisor = supervisor
+        self.scenarios = SCENARIOS
+        self.token: str | None = None
+        supervisor.on_ready.append(self.start)
+
+    def _tokens(self):
+        from .security import TokenStore
+
+        return TokenStore(self.supervisor.client, self.supervisor.keys)
+
+    def start(self) -> None:
+        from penumbra.feed import FeedError, api_call
+
+        from .security import Role
+
+        sup = self.supervisor
+        tokens = self._tokens()
+        for record in tokens.records():
+            if record["label"] in (DEMO_LABEL, DEMO_LABEL + " set-up"):
+                tokens.revoke(record["id"])
+        self.token, _ = tokens.create(Role.analyst, DEMO_LABEL)
+        admin, record = tokens.create(Role.admin, DEMO_LABEL + " set-up")
+        url = sup.settings.api_url
+        try:
+            for sc in self.scenarios.values():
+                for name, params in sc.streams.items():
+                    status, answer = api_call(url, "PUT", f"/api/streams/{name}", admin, params, patience=30)
+                    if status != 200:
+                        raise FeedError(f"PUT /api/streams/{name}: {status} {answer}")
+                for query in sc.queries:
+                    status, answer = api_call(url, "POST", "/api/queries", admin,
+                                              {"id": query.id, "name": query.name, "text": query.text,
+                                               "threshold": query.threshold}, patience=30)
+                    if status not in (201, 409):
+                        raise FeedError(f"POST /api/queries ({query.id}): {status} {answer}")
+        except FeedError as error:
+            sup.say(f"demo: could not register the scenarios: {error}; the demo does not start")
+            return
+        finally:
+            tokens.revoke(record["id"])
+        for sc in self.scenarios.values():
+            sup.children.append(self._child(sc.name))
+        sup.say(f"demo: {', '.join(self.scenarios)} registered; their simulators send "
+                f"{sup.settings.demo_rate:g} events/s each")
+        sup.say(f"demo: open {url}/ and sign in with the demo token (analyst, new at each start):")
+        sup.say(f"  demo token   {self.token}")
+        sup.say("")
+
+    def _child(self, name: str) -> Child:
+        sup = self.supervisor
+        argv = [sys.executable, "-m", "penumbra", "simulate", name, "--forever", "--duration", "60",
+                "--rate", f"{sup.settings.demo_rate:g}", "--api", sup.settings.api_url]
+        env = {**sup._env(), "PENUMBRA_TOKEN": self.token or ""}
+        return Child(f"sim-{name}", f"the {name} simulator", argv, sup.settings.logs / f"sim-{name}.log", env,
+                     sup.settings.var, probe=lambda child: True, waiting_for=f"the {name} simulator",
+                     stop_seconds=10.0)
+
+
 def api_app():
     """The API as ``penumbra up`` serves it (``uvicorn backend.up:api_app --factory``)."""
     from . import Settings, create_app
@@ -546,15 +624,19 @@ def api_app():
 
 
 def _parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="penumbra up", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help(),
         description="Start Penumbra on this machine: redis-server (unless PENUMBRA_REDIS_URL names one), "
                     "the Spark job and the API, all on 127.0.0.1; print the URL and the admin token; "
                     "restart what dies; stop everything on Ctrl-C or SIGTERM, keeping the data.")
+    parser.add_argument("--demo", action="store_true",
+                        help="also register the demo scenarios (intrusion, cluster, shoplifting) and run their "
+                             "simulated sensors (docs/demo.md); make run uses it")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         settings = UpSettings()
         supervisor = Supervisor(settings)
@@ -566,6 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("penumbra up: error: redis-server is not installed (make setup installs it), "
               "or set PENUMBRA_REDIS_URL", file=sys.stderr)
         return 2
+    if args.demo:
+        Demo(supervisor)
     return supervisor.run()
 
 

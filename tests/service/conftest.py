@@ -16,6 +16,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from backend import Settings, create_app
+from backend.testing import ApiServer
 from spark_jobs.redis_server import RedisServer
 from spark_jobs.store import Keys
 
@@ -25,6 +26,8 @@ ROLES = ("viewer", "analyst", "admin")
 SETTINGS = {"admin_token": ADMIN_TOKEN, "redis_timeout": 1.0, "ingest_max_events": 500,
             "max_body_bytes": 256 * 1024, "ingest_rate_limit": 10_000}
 JOIN = "SELECT * FROM {a} A, {b} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+#: The live feed's queue per client on the session's API server: small, so a slow client overflows it quickly.
+LIVE_QUEUE = 40
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +37,16 @@ def redis_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(redis_server, tokens, tmp_path_factory):
+    """A ``python -m backend`` on a free loopback port over the session's Redis (real HTTP
+    and websockets), stopped by its pid at the end of the session."""
+    log = tmp_path_factory.mktemp("api") / "server.log"
+    with ApiServer(redis_server.url, log=log, admin_token=ADMIN_TOKEN, ws_queue=LIVE_QUEUE, ws_auth_timeout=1.5,
+                   ingest_rate_limit=10_000) as api:
+        yield api
 
 
 @pytest.fixture(scope="session")

@@ -17,20 +17,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from backend.testing import ApiServer
-
-from .conftest import ADMIN_TOKEN, JOIN, unique, write_batch
-
-#: A small queue, so the slow client overflows it quickly.
-QUEUE = 40
+from .conftest import JOIN, LIVE_QUEUE as QUEUE, unique, write_batch
 
 
 @pytest.fixture(scope="session")
-def live_url(redis_server, tokens, tmp_path_factory):
-    """ws:// URL of a ``python -m backend`` on a free loopback port, over the session's Redis."""
-    log = tmp_path_factory.mktemp("live") / "server.log"
-    with ApiServer(redis_server.url, log=log, admin_token=ADMIN_TOKEN, ws_queue=QUEUE, ws_auth_timeout=1.5) as api:
-        yield api.ws_url
+def live_url(api_server):
+    return api_server.ws_url
 
 
 def run(coroutine, timeout: float = 30.0):
