@@ -45,13 +45,14 @@ HEARTBEAT_SECONDS = 1.0
 
 
 def build_session(settings: JobSettings) -> SparkSession:
-    """A SparkSession bound to loopback, with RocksDB state and few shuffle partitions."""
+    """A SparkSession (bound to loopback unless the settings say otherwise), with RocksDB
+    state and few shuffle partitions."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     package_root = str(Path(__file__).resolve().parent.parent)
     builder = (SparkSession.builder.master(settings.spark_master).appName("penumbra")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", settings.driver_host)
+               .config("spark.driver.bindAddress", settings.driver_bind)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)

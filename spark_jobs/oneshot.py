@@ -34,10 +34,12 @@ class PipelineError(RuntimeError):
 
 
 class JobProcess:
-    """``python -m spark_jobs`` as a child process with the given settings (``PENUMBRA_*``
-    names without the prefix); its output goes to ``log``."""
+    """``python -m spark_jobs`` (or ``argv``: the same job through spark-submit) as a child
+    process with the given settings (``PENUMBRA_*`` names without the prefix); its output
+    goes to ``log``."""
 
-    def __init__(self, home: Path, redis_url: str, **settings: Any):
+    def __init__(self, home: Path, redis_url: str, argv: list[str] | None = None, **settings: Any):
+        self.argv = argv or [sys.executable, "-m", "spark_jobs"]
         self.home = Path(home)
         self.log = self.home / "job.log"
         self.env = {**os.environ, "PENUMBRA_HOME": str(self.home), "PENUMBRA_REDIS_URL": redis_url,
@@ -47,7 +49,7 @@ class JobProcess:
     def start(self) -> JobProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "spark_jobs"], env=self.env, stdout=log,
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=str(self.home), start_new_session=True)
         return self
 

@@ -27,6 +27,10 @@ class JobSettings(BaseSettings):
     home: Path = Field(default_factory=_home, description="base folder of var/ (checkpoints, Redis data, logs)")
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="the Redis holding ingest, registry and results")
     spark_master: str = Field("local[2]", description="local[N] or spark://host:port of a standalone cluster")
+    driver_host: str = Field("127.0.0.1", description=(
+        "the address executors reach the driver at (spark.driver.host): loopback on one machine, the job's "
+        "host name on a cluster"))
+    driver_bind: str = Field("127.0.0.1", description="the address the driver listens on (spark.driver.bindAddress)")
     checkpoint: Path | None = Field(None, description="checkpoint folder (default: <home>/var/checkpoint)")
     trigger_seconds: float = Field(0.5, ge=0, description="micro-batch interval; 0 starts the next batch at once")
     max_rows_per_batch: int = Field(100_000, ge=1, description="admission control: ingest entries per micro-batch")

@@ -1,10 +1,13 @@
 """The same job on a Spark standalone cluster (a master and two workers started by
-scripts/spark-cluster.sh on loopback) gives the local engine's matches."""
+scripts/spark-cluster.sh on loopback) gives the local engine's matches. The job is started
+with docker-compose.yml's own spark-submit command line (its hosts mapped to this
+machine's loopback), so the compose file's job runs as written wherever Docker does."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,26 @@ from tests.unit.joins.test_join_operator import workload
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "spark-cluster.sh"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "spark-cluster.sh"
+
+
+def compose_job(master: str) -> tuple[list[str], dict[str, str]]:
+    """docker-compose.yml's job: its command and settings, with the image's paths and the
+    compose network's host names replaced by this checkout's and loopback."""
+    yaml = pytest.importorskip("yaml")
+    import pyspark
+
+    job = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["job"]
+    argv = list(job["command"])
+    assert argv[0] == "spark-submit"
+    argv[0] = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    argv[argv.index("--master") + 1] = master
+    argv[-1] = argv[-1].replace("/opt/penumbra", str(ROOT))
+    settings = {k.removeprefix("PENUMBRA_").lower(): v for k, v in job["environment"].items()
+                if k not in ("PENUMBRA_REDIS_URL", "PENUMBRA_CHECKPOINT")}
+    settings.update(spark_master=master, driver_host="127.0.0.1", driver_bind="127.0.0.1")
+    return argv, settings
 
 
 @pytest.fixture
@@ -34,8 +56,11 @@ def cluster(tmp_path):
 
 def test_a_standalone_cluster_runs_the_job_with_the_same_results(cluster, redis_server, tmp_path):
     url = redis_server.url.rsplit("/", 1)[0] + "/1"     # a database of its own, beside the session's job
-    job = JobProcess(tmp_path / "job", url, spark_master=cluster, trigger_seconds=0.1,
-                     max_rows_per_batch=300, key_groups=4)
+    argv, settings = compose_job(cluster)
+    job = JobProcess(tmp_path / "job", url, argv, **{**settings, "trigger_seconds": 0.1, "max_rows_per_batch": 300,
+                                                     "key_groups": 4})
+    job.env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     client = redis.Redis.from_url(url)
     running = Pipeline(tmp_path / "job", url, job, client)
     try:
