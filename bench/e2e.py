@@ -1,0 +1,228 @@
+"""End to end with ``penumbra up``: an event POSTed to its alarm received on the live feed.
+
+One ``python -m penumbra up`` on a temporary home (its own redis-server, Spark job and
+API on free loopback ports), the intrusion join registered over REST, one websocket
+client subscribed to its matches. At each rate, events are POSTed in batches every 50 ms
+(one kept-alive connection, as ``penumbra replay`` does); a match's latency is the time
+its message reaches the client minus the time the POST carrying its later event was
+answered (one clock: this process). p50 and p99 per rate, then the highest rate of a
+ladder whose p99 stays within 2 s; a report with plots in bench/out/e2e{,_quick}.md.
+
+    .venv/bin/python bench/e2e.py                 # 1,000 and 10,000 events/s, 20 s each, then the ladder
+    .venv/bin/python bench/e2e.py --quick         # a smoke run: 200 and 1,000 events/s, 6 s each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.pipeline import QUERY, STREAMS, intrusions, shifted  # noqa: E402
+from bench.report import Report  # noqa: E402
+from penumbra.feed import ApiSink, Tally, api_call  # noqa: E402
+from spark_jobs.redis_server import free_port  # noqa: E402
+
+QUERY_ID = "e2e"
+TARGET_P99 = 2.0
+LADDER = (2_000, 3_000, 4_000, 6_000, 8_000)
+
+
+class Up:
+    """``penumbra up`` as a child, stopped by its pid (SIGTERM, then SIGKILL of its group)."""
+
+    def __init__(self, home: Path):
+        self.port, self.redis_port = free_port(), free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PENUMBRA_")}
+        env.update(PENUMBRA_HOME=str(home), PENUMBRA_PORT=str(self.port), PENUMBRA_REDIS_PORT=str(self.redis_port),
+                   PENUMBRA_TRIGGER_SECONDS="0", PENUMBRA_INGEST_RATE_LIMIT="100000",
+                   PENUMBRA_RESULT_MAXLEN="10000000", PYTHONPATH=str(ROOT))
+        self.lines: list[str] = []
+        self.process = subprocess.Popen([sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        threading.Thread(target=lambda: [self.lines.append(line) for line in self.process.stdout],
+                         daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = "".join(self.lines)
+            found = re.search(r"admin token\s+(pn_\S+)", text)
+            if "Penumbra is up" in text and found:
+                return found.group(1)
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise RuntimeError("penumbra up did not start:\n" + "".join(self.lines[-30:]))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(240)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+class Listener:
+    """A websocket client of the live feed: when each match of the query arrived."""
+
+    def __init__(self, url: str, token: str):
+        from websockets.sync.client import connect
+
+        self.socket = connect(url.replace("http://", "ws://") + "/ws", open_timeout=30, max_size=None)
+        self.socket.send(json.dumps({"token": token}))
+        self.socket.send(json.dumps({"type": "subscribe", "queries": [QUERY_ID], "kinds": ["matches"]}))
+        self.arrived: list[tuple[float, dict]] = []
+        self.closed = False
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = json.loads(self.socket.recv())
+                if message.get("type") == "matches":
+                    self.arrived.append((time.monotonic(), message["data"]))
+        except Exception:  # closed
+            self.closed = True
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float, offset: float,
+             tag: str) -> dict:
+    """POST ``rate`` events/s for ``seconds``; the latency of every match of these events."""
+    count = int(rate * seconds)
+    lines = shifted(intrusions(count, seed=rate), tag, offset)
+    posted: dict[str, float] = {}
+    tally = Tally()
+    start_mark = len(listener.arrived)
+    with ApiSink(url, token) as sink:
+        started = time.monotonic()
+        sent = 0
+        while sent < count:
+            due = min(count, int((time.monotonic() - started) * rate) + 1)
+            if due - sent >= max(1, rate // 40) or due == count:
+                chunk = lines[sent:due]
+                sink.send([line.encode() for line in chunk], tally)
+                now = time.monotonic()
+                for line in chunk:
+                    posted[json.loads(line)["id"]] = now
+                sent = due
+            else:
+                time.sleep(0.005)
+        feeding = time.monotonic() - started
+    # until no new match for 10 s (or 10 minutes)
+    quiet_since, seen = time.monotonic(), len(listener.arrived)
+    deadline = time.monotonic() + 600
+    while time.monotonic() - quiet_since < 10 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if len(listener.arrived) != seen:
+            seen, quiet_since = len(listener.arrived), time.monotonic()
+    delays = [at - max(posted[e] for e in match["events"].values())
+              for at, match in listener.arrived[start_mark:]
+              if all(e in posted for e in match["events"].values())]
+    delays_s = np.array(delays) if delays else np.array([np.nan])
+    last = max(json.loads(line)["ts"]["detected"] for line in lines)
+    return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
+            "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
+            "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
+            "delays_s": delays_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per rate")
+    parser.add_argument("--no-ladder", action="store_true", help="skip the search for the highest sustained rate")
+    args = parser.parse_args()
+    rates = (200, 1_000) if args.quick else (1_000, 10_000)
+    seconds = 6.0 if args.quick else args.seconds
+    report = Report("e2e_quick" if args.quick else "e2e", "End to end: POST to an alarm on the live feed")
+    report.say(f"`python bench/e2e.py{' --quick' if args.quick else ''}`: penumbra up (local[2], trigger 0), "
+               f"query `{QUERY}`, {seconds:g} s per rate, POSTs every 25 ms, one websocket client")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="penumbra-e2e-") as folder:
+        up = Up(Path(folder))
+        listener = None
+        try:
+            started = time.monotonic()
+            token = up.ready()
+            report.say(f"penumbra up ready in {time.monotonic() - started:.0f} s")
+            for name, params in STREAMS.items():
+                status, answer = api_call(up.url, "PUT", f"/api/streams/{name}", token, params)
+                assert status == 200, answer
+            status, answer = api_call(up.url, "POST", "/api/queries", token, {"id": QUERY_ID, "text": QUERY})
+            assert status == 201, answer
+            listener = Listener(up.url, token)
+            # warm-up: the job's Python workers start with the first events
+            warm = run_rate(up.url, token, listener, 200, 3, 0, "w")
+            report.say(f"warm-up: {warm['matches']} matches, p50 {warm['p50_s']:.2f} s")
+            offset = warm["last"] + 1_000_000.0
+            ladder = () if args.quick or args.no_ladder else LADDER
+            for rate in (*rates, *ladder):
+                result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}")
+                offset = result["last"] + 1_000_000.0
+                results.append(result)
+                report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted): {result['matches']:,} "
+                           f"matches, latency p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s, "
+                           f"max {result['max_s']:.2f} s")
+        finally:
+            if listener:
+                listener.close()
+            up.stop()
+    for rate in rates:
+        found = next(r for r in results if r["rate"] == rate)
+        verdict = "meets" if found["p50_s"] <= 1 and found["p99_s"] <= 2 else "misses"
+        report.say(f"at {rate:,} ev/s: p50 {found['p50_s']:.2f} s, p99 {found['p99_s']:.2f} s — {verdict} the "
+                   f"target (p50 <= 1 s, p99 <= 2 s at 10,000 ev/s)")
+    sustained = [r["rate"] for r in results if r["p99_s"] <= TARGET_P99]
+    report.say(f"highest rate measured with p99 <= {TARGET_P99:g} s: "
+               f"{max(sustained):,} ev/s" if sustained else f"no rate measured had p99 <= {TARGET_P99:g} s")
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (cdf, trend) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in results:
+        values = np.sort(r["delays_s"][~np.isnan(r["delays_s"])])
+        if len(values):
+            cdf.plot(values, np.arange(1, len(values) + 1) / len(values), label=f"{r['rate']:,} ev/s")
+    cdf.set_xscale("log")
+    cdf.set_xlabel("POST to websocket message (s)")
+    cdf.set_ylabel("share of matches")
+    cdf.legend()
+    ordered = sorted(results, key=lambda r: r["rate"])
+    trend.plot([r["rate"] for r in ordered], [r["p50_s"] for r in ordered], "o-", label="p50")
+    trend.plot([r["rate"] for r in ordered], [r["p99_s"] for r in ordered], "s-", label="p99")
+    trend.axhline(TARGET_P99, color="gray", linestyle=":", label="p99 target")
+    trend.set_yscale("log")
+    trend.set_xlabel("events/s offered")
+    trend.set_ylabel("latency (s)")
+    trend.legend()
+    figure.tight_layout()
+    report.save(figure)
+
+
+if __name__ == "__main__":
+    main()
