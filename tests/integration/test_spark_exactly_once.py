@@ -50,7 +50,7 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
     start = committed(pipeline)
     pipeline.feed(ordered)
     kills = 0
-    for target in (start + 2, start + 5, start + 8):
+    for target in (start + 2, start + 6):
         deadline = time.monotonic() + 120
         while committed(pipeline) < target:
             assert time.monotonic() < deadline, "the job stopped making progress"
@@ -62,7 +62,7 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
         kills += 1
         pipeline.start()
     pipeline.end(join_id, pattern_id)
-    assert kills == 3
+    assert kills == 2
     assert_equal(pipeline.matches(join_id), local(join_text, streams, joins), join_text)
     assert_equal(pipeline.matches(pattern_id), local(pattern_text, pattern_streams, patterns), pattern_text)
     pipeline.registry.remove(join_id)

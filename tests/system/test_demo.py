@@ -270,7 +270,7 @@ def test_a_job_killed_under_load_is_restarted_and_loses_or_doubles_nothing(demo,
     events.append(closer(events, 1))
     want = local(events)
     assert len(want) > 50
-    old = int(heartbeat(demo)["pid"])
+    old, job_id = int(heartbeat(demo)["pid"]), heartbeat(demo)["job"]
     mark = len(demo.up.lines)
     sender = replay(demo, events, tmp_path / "load.jsonl", rate=400)
     try:
@@ -286,6 +286,7 @@ def test_a_job_killed_under_load_is_restarted_and_loses_or_doubles_nothing(demo,
     assert json.loads(out)["accepted"] == len(events)
     wait("a new job", lambda: heartbeat(demo).get("pid") not in (None, str(old)) and
          heartbeat(demo).get("active") == "1", START_TIMEOUT, demo)
+    assert heartbeat(demo)["job"] == job_id, "the same job, from its checkpoint"
     wait("every fault match", lambda: len(spark(demo)) >= len(want), START_TIMEOUT, demo)
     time.sleep(3)  # anything doubled would be there by now
     assert_same_matches(spark(demo), want)

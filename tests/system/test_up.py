@@ -4,8 +4,9 @@ The slow scenario runs in steps on one home: a first start (health, the job's
 heartbeat, the printed token), a match flowing from REST through the real Spark job,
 matches on the live feed (replayed and live) and a threshold PATCH applying to what
 comes next, SIGTERM (every process gone, exit 0), a second start on the same home (same token,
-query, checkpoint and data; the job carries on), and kill -9 of the job (reported and
-restarted). Each step needs the ones before it and is skipped when one failed.
+query, checkpoint and data; the job carries on). kill -9 of the job under load, and
+its restart by `up`, is in test_demo.py. Each step needs the ones before it and is
+skipped when one failed.
 
 The fast tests drive :class:`backend.up.Supervisor` with small stand-in children: a
 child that dies is restarted, one that keeps dying is given up on, a Redis named by
@@ -296,29 +297,6 @@ def test_a_second_up_resumes_with_the_same_token_query_and_checkpoint(scenario):
     with scenario.redis() as client:
         assert int(client.hget(KEYS.batches, scenario.job_id)) > scenario.batches
     scenario.done.add("resumed")
-
-
-@pytest.mark.slow
-def test_a_killed_job_is_reported_and_restarted(scenario):
-    scenario.needs("resumed")
-    up = scenario.up
-    old = int(heartbeat(scenario)["pid"])
-    mark = len(up.lines)
-    os.kill(old, signal.SIGKILL)
-    up.wait_for(rf"^job: .*\(pid {old}\) was killed by SIGKILL", 30, start=mark)
-    up.wait_for(r"^job: restarting in \d+ s", 5, start=mark)
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        beat = heartbeat(scenario)
-        if beat.get("pid") not in (None, str(old)) and beat.get("active") == "1":
-            break
-        assert up.process.poll() is None, up.output
-        assert time.monotonic() < deadline, f"no new job within {START_TIMEOUT:g} s\n{up.output}\n{up.logs()}"
-        time.sleep(0.5)
-    assert not alive(old) and int(beat["pid"]) in processes_of(scenario.home)
-    assert beat["job"] == scenario.job_id
-    post_events(scenario, pair(3))
-    assert wait_matches(scenario, 3) == local_matches(pair(1) + pair(2) + pair(3))
     children = processes_of(scenario.home) - {up.process.pid}
     assert up.terminate(STOP_TIMEOUT) == 0, up.output
     assert [pid for pid in children if alive(pid)] == [] and processes_of(scenario.home) == set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -146,21 +147,25 @@ def test_every_strategy_equals_brute_force(strategy, kind, d, threshold, keyed, 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("kind,d,threshold", [("templates", 14.0, 0.7), ("intervals", 4.0, 0.6), ("mixed", 16.0, 0.8)])
 def test_near_miss_histogram_counts_every_pair_between_floor_and_threshold(strategy, kind, d, threshold):
-    streams, events = workload(hash((kind, d, "near")) % 1000, kind)
+    streams, events = workload(zlib.crc32(f"{kind} {d} near".encode()) % 1000, kind)  # the same in every process
     op = compile_query(QUERY.format(d=d, keys="AND A.region = B.region", t=threshold, s=strategy), streams)
     found = {}
     for start in range(0, len(events), 37):
         for bin_, count in op.feed(events[start:start + 37]).observations["near_miss_histogram"].items():
             found[bin_] = found.get(bin_, 0) + count
-    # every admitted pair of the same region, weighed by the oracle, binned by hundredths
+    # every admitted pair of the same region, weighed by the oracle, binned by hundredths; a
+    # pair within rounding of the threshold may fall on either side of it
     everything, _, _ = brute_force(streams, events, d, lambda _: op.floor, keyed=True)
-    expected = {}
+    expected, either = {}, {}
     for p in everything.values():
+        hundredths = f"{math.floor(p * 100 + 1e-6) / 100:.2f}"  # a probability on an edge is the bin above
         if p < threshold - AMBIGUOUS:
-            hundredths = f"{math.floor(p * 100 + 1e-6) / 100:.2f}"  # a probability on an edge is the bin above
             expected[hundredths] = expected.get(hundredths, 0) + 1
+        elif p < threshold + AMBIGUOUS:
+            either[hundredths] = either.get(hundredths, 0) + 1
     assert sum(expected.values()) > 20, "the workload has near misses"
-    assert found == expected
+    for bin_ in set(found) | set(expected):
+        assert 0 <= found.get(bin_, 0) - expected.get(bin_, 0) <= either.get(bin_, 0), (bin_, found, expected)
     assert sum(found.values()) == op.counters["near_misses"]
 
 
