@@ -24,7 +24,7 @@ from .limits import AccessLog, BodySizeLimit
 from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
-from .routes import alarms, events, health, live, queries, results, streams, tokens, validate
+from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
 from .web import mount_frontend
 
 __all__ = ["ROUTERS", "create_app", "server_options"]
@@ -32,7 +32,7 @@ __all__ = ["ROUTERS", "create_app", "server_options"]
 log = logging.getLogger("penumbra.api")
 
 ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
-           alarms.router, tokens.router)
+           alarms.router, audit.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 

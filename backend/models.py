@@ -170,6 +170,23 @@ class MatchOut(BaseModel):
     at: float = Field(description="when it was written, seconds since the epoch")
 
 
+class AuditOut(BaseModel):
+    id: str = Field(description="the entry's cursor")
+    at: float = Field(description="when, seconds since the epoch")
+    who: str = Field(description="the label of the token that did it (or the registry's own name)")
+    action: str = Field(description="register, update, remove, streams, alarm.acknowledged, token.create, ...")
+    subject: str = Field(description="what it was done to: a query id, a stream, a token id")
+    details: Any = Field(None, description="what changed, e.g. {\"threshold\": 0.7}")
+    version: int | None = Field(None, description="the registry version it was made at")
+
+
+class AuditPage(BaseModel):
+    """Audit entries newest first; ``next`` is the ``before`` of the following (older) page."""
+
+    items: list[AuditOut]
+    next: str | None
+
+
 class MatchPage(BaseModel):
     """Matches newest first; ``next`` is the ``before`` of the following (older) page."""
 
@@ -204,6 +221,15 @@ class CurveIn(Body):
     event: dict[str, Any] = Field(description="an event of one of the join's streams",
                                   examples=[{"stream": "SEISMIC", "id": "s-1", "ts": {"lo": 100, "hi": 120}}])
     points: Annotated[int, Field(strict=True, ge=2, le=2000)] = Field(200, description="points on the curve")
+    partners: list[dict[str, Any]] = Field([], max_length=200, description=(
+        "events of the partner stream to place on the curve (e.g. the partitions' ``newly_buffered`` sample)"))
+
+
+class CurvePartner(BaseModel):
+    id: str
+    x: float = Field(description="the partner's max time")
+    prob: float = Field(description="P(|X_event - X_partner| <= d)")
+    partition: Literal["lpr", "sr", "rpr"] | None = Field(description="the probing range x falls in (null: none)")
 
 
 class CurveOut(BaseModel):
@@ -218,6 +244,7 @@ class CurveOut(BaseModel):
                                                 "null: unbounded")
     sr: list[float | None]
     rpr: list[float | None]
+    partners: list[CurvePartner] = Field([], description="the partners asked for, each at its max time")
 
 
 class WhatIfPoint(BaseModel):

@@ -86,7 +86,7 @@ def main() -> None:
     import patterns_workloads
     from penumbra.events import event_to_json
 
-    count, repeats = (20_000, 1) if args.quick else (200_000, 3)
+    count, repeats = (5_000, 1) if args.quick else (200_000, 3)
     report = Report("events_parsing_quick" if args.quick else "events_parsing", "Event parsing and validation (one core)")
     say = report.say
     path = Path(tempfile.mkdtemp(prefix="penumbra-parse-")) / "events.jsonl"

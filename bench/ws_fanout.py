@@ -16,7 +16,7 @@ The file-descriptor limit is raised to its hard limit here (each client is one s
 this process and one in the server, which inherits the limit).
 
     .venv/bin/python bench/ws_fanout.py            # 2,000 clients at 20 messages/s, 15 s per mode
-    .venv/bin/python bench/ws_fanout.py --quick    # 200 clients, 4 s per mode
+    .venv/bin/python bench/ws_fanout.py --quick    # 100 clients, 2 s per mode
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="messages a second to every client")
     parser.add_argument("--seconds", type=float)
     args = parser.parse_args()
-    clients = args.clients or (200 if args.quick else 2000)
-    seconds = args.seconds or (4.0 if args.quick else 15.0)
+    clients = args.clients or (100 if args.quick else 2000)
+    seconds = args.seconds or (2.0 if args.quick else 15.0)
     limit = raise_fd_limit(2 * clients + 200)
 
     report = Report("ws_fanout", "Live feed fan-out on loopback")

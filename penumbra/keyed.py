@@ -35,7 +35,8 @@ __all__ = ["PER_BLOCK", "SHARED", "GroupState", "combine", "state_part", "step"]
 
 #: Observations about one block (samples and per-block counts); the others describe an
 #: operator's state after it.
-PER_BLOCK = frozenset({"counters", "evicted", "near_misses", "near_miss_histogram", "partitions", "matches"})
+PER_BLOCK = frozenset({"counters", "evicted", "near_misses", "near_miss_histogram", "partitions",
+                       "newly_buffered", "matches"})
 #: Figures every key group of a query shares (time and settings): the query's is the largest.
 SHARED = frozenset({"watermark", "buffer_bounds", "safe_time", "clock", "threshold", "floor", "method",
                     "threshold_refused"})

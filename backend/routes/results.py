@@ -92,7 +92,7 @@ def list_observations(who: ViewerDep, query_id: str, entry: QueryDep, service: S
 
 
 #: The parts of an observation record each projection shows (REST and the live feed).
-PARTS = {"partitions": ("partitions", "watermark", "threshold", "floor"),
+PARTS = {"partitions": ("partitions", "newly_buffered", "watermark", "threshold", "floor"),
          "buffers": ("buffers", "buffer_bounds", "watermark", "groups", "snapshot_bytes"),
          "near_misses": ("near_misses", "threshold", "floor")}
 
@@ -142,9 +142,21 @@ def probability_curve(who: ViewerDep, query_id: str, body: CurveIn, entry: Query
     if entry.get("threshold") is not None:
         operator.set_threshold(entry["threshold"])
     try:
-        curve = operator.probability_curve(parse_event(body.event, streams), points=body.points)
+        event = parse_event(body.event, streams)
     except ValidationError as error:
         raise ApiError(422, str(error.within("event")), field=error.within("event").field) from None
+    partners = []
+    for index, item in enumerate(body.partners):
+        try:
+            partners.append(parse_event(item, streams))
+        except ValidationError as error:
+            where = error.within(f"partners.{index}")
+            raise ApiError(422, str(where), field=where.field) from None
+    try:
+        curve = operator.probability_curve(event, points=body.points, partners=partners)
+    except ValidationError as error:
+        where = error if error.field == "partners" else error.within("event")
+        raise ApiError(422, str(where), field=where.field) from None
     return finite(curve)
 
 

@@ -52,6 +52,8 @@ NEAR_MISS_SAMPLES = 20
 #: thresholds on this grid).
 NEAR_MISS_BIN = 0.01
 PARTITION_SAMPLES = 8
+#: newly buffered events of each side an observation carries, as events (the inspector's markers)
+BUFFERED_SAMPLES = 8
 LOOKUP_CAPACITY = 1 << 20      # geometries remembered by lazy_lookup before it starts afresh
 MAX_SHAPES = 1 << 11           # distinct shapes per side that lazy_lookup tells apart
 _COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "other_group", "ignored",
@@ -124,6 +126,15 @@ class _Pairs:
     b: Rows
     ia: np.ndarray
     ib: np.ndarray
+
+
+def _range_of(x: float, ranges: dict[str, list[float]]) -> str | None:
+    """The probing range (``lpr``, ``sr``, ``rpr``) holding a partner's max time ``x``."""
+    for name in ("lpr", "sr", "rpr"):
+        lo, hi = ranges[name]
+        if lo <= x <= hi:
+            return name
+    return None
 
 
 class JoinOperator(Operator):
@@ -271,6 +282,7 @@ class JoinOperator(Operator):
         near: list[dict] = []
         self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
         partitions: list[dict] = []
+        buffered: list[list[dict]] = [[], []]
         for key, (new_a, new_b, sequence) in arrivals.items():
             buffers = self.buffers.setdefault(key, [Rows.empty(), Rows.empty()])
             rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
@@ -280,6 +292,9 @@ class JoinOperator(Operator):
                 self._join_each(buffers, rows, sequence, matches, near)
             if len(partitions) < PARTITION_SAMPLES:
                 partitions.extend(self._partition_sample(buffers, rows, PARTITION_SAMPLES - len(partitions)))
+            for k in (0, 1):
+                if len(buffered[k]) < BUFFERED_SAMPLES:
+                    buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
         result = JoinMatches(self.names, matches)
         self.totals["matches"] += len(result)
@@ -293,6 +308,7 @@ class JoinOperator(Operator):
             "near_miss_histogram": {f"{k * NEAR_MISS_BIN:.2f}": int(count)
                                     for k, count in enumerate(self._near_bins) if count},
             "partitions": partitions,
+            "newly_buffered": buffered[0] + buffered[1],
             "threshold": self.threshold,
             "floor": self.floor,
         }
@@ -584,6 +600,26 @@ class JoinOperator(Operator):
                             **self._ranges(k, new[k].lo[i], new[k].hi[i], int(new[k].template[i]), partner)})
         return out
 
+    def _as_events(self, k: int, rows: Rows, count: int) -> list[dict]:
+        """The first ``count`` of ``rows`` (side ``k``) as events in the input's shape, with
+        their timestamps as admitted: a template name and detection time, an interval, or
+        a histogram."""
+        side = self.sides[k]
+        out = []
+        for i in range(min(count, len(rows))):
+            template = int(rows.template[i])
+            if 0 <= template < len(side.template_names):
+                ts: dict[str, Any] = {"detected": float(rows.hi[i]), "template": side.template_names[template]}
+            else:
+                probs = rows.block.probs[:, i]
+                used = int(np.flatnonzero(probs > 0)[-1]) + 1 if np.any(probs > 0) else 1
+                if used == 1:
+                    ts = {"lo": float(rows.lo[i]), "hi": float(rows.hi[i])}
+                else:
+                    ts = {"edges": rows.block.edges[:used + 1, i].tolist(), "probs": probs[:used].tolist()}
+            out.append({"stream": side.stream, "id": rows.ids[i], "ts": ts})
+        return out
+
     def _ranges(self, k: int, lo: float, hi: float, template: int, partner: _Side) -> dict:
         """LPR / SR / RPR: Theorem 3 for a template event; otherwise Eqs. 4-6, with the
         partner stream's pi (or no bound when it has none)."""
@@ -594,11 +630,15 @@ class JoinOperator(Operator):
         return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],
                 "rpr": [lo + self.d, hi + self.d + pi]}
 
-    def probability_curve(self, event: Event, points: int = 200) -> dict[str, Any]:
+    def probability_curve(self, event: Event, points: int = 200,
+                          partners: Sequence[Event] = ()) -> dict[str, Any]:
         """Figure 3 of the PTJoin paper (Figure 1 of the interval paper for intervals):
         ``P(|X_e - X_partner| <= d)`` as the partner's max time ``x`` moves, one curve per
         partner template (or for the partner stream's shortest and longest interval), with
-        the threshold and the probing ranges."""
+        the threshold and the probing ranges. ``partners`` (events of the other stream,
+        e.g. an observation's ``buffered`` sample) come back as points: each one's max time,
+        its probability with ``event``, and the probing range its max time falls in (None:
+        outside them all)."""
         k = next((k for k, s in enumerate(self.sides) if s.stream == event.stream.casefold()), None)
         if k is None:
             raise ValidationError("stream", f"{event.stream!r} is not a source of this join")
@@ -615,10 +655,22 @@ class JoinOperator(Operator):
         x = np.linspace(histogram.lo - self.d - reach, histogram.hi + self.d + reach, points)
         curves = {}
         for name, shape in shapes.items():
-            partners = [shape.shift(t - shape.hi) for t in x]
-            curves[name] = [p_within(histogram, h, self.d) for h in partners]
+            moved = [shape.shift(t - shape.hi) for t in x]
+            curves[name] = [p_within(histogram, h, self.d) for h in moved]
+        ranges = self._ranges(k, histogram.lo, histogram.hi, template, partner)
+        points_out = []
+        for other in partners:
+            if other.stream.casefold() != partner.stream:
+                raise ValidationError("partners", f"{other.id!r} is of stream {other.stream!r}, not of the partner "
+                                                  f"stream {partner.stream!r}")
+            got = self._admit(partner, other)
+            if isinstance(got, str):
+                raise ValidationError("partners", f"{other.id!r}: {got}")
+            h = got[0]
+            points_out.append({"id": other.id, "x": h.hi, "prob": p_within(histogram, h, self.d),
+                               "partition": _range_of(h.hi, ranges)})
         return {"x": x.tolist(), "curves": curves, "threshold": self.threshold, "floor": self.floor,
-                **self._ranges(k, histogram.lo, histogram.hi, template, partner)}
+                **ranges, "partners": points_out}
 
     @property
     def counters(self) -> dict[str, int | float]:

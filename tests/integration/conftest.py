@@ -9,6 +9,7 @@ ids when the session ends, also when a test fails.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -67,13 +68,23 @@ class Pipeline:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             beat = self.client.hgetall(self.keys.heartbeat)
-            if beat.get(b"active") == b"1" and int(beat.get(b"pid", 0)) == self.job.process.pid:
+            if beat.get(b"active") == b"1" and self._ours(int(beat.get(b"pid", 0))):
                 return
             if not self.job.alive:
                 pytest.fail(f"the Spark job stopped while starting: {self.job.tail(20)}")
             if time.monotonic() > deadline:
                 pytest.fail(f"the Spark job did not start within {START_TIMEOUT:g} s: {self.job.tail(20)}")
             time.sleep(0.2)
+
+    def _ours(self, pid: int) -> bool:
+        """The job's process, or (through spark-submit, which runs the Python driver as its
+        child) one in its process group."""
+        if pid == self.job.process.pid:
+            return True
+        try:
+            return os.getpgid(pid) == self.job.process.pid
+        except (ProcessLookupError, PermissionError):
+            return False
 
     def restart(self) -> None:
         self.job.stop()

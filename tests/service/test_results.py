@@ -105,6 +105,25 @@ def test_curve_of_a_template_event(client, as_role):
     other = {"stream": "elsewhere", "id": "z", "ts": {"lo": 1, "hi": 2}}
     answer = client.post(f"/api/queries/{query_id}/curve", json={"event": other}, headers=as_role("viewer"))
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "event.stream"
+    # partners placed on the curve: their max time, probability and probing range
+    partners = [{"stream": b, "id": f"b{x}", "ts": {"detected": x, "template": "s1"}} for x in (60, 90, 118, 200)]
+    answer = client.post(f"/api/queries/{query_id}/curve", json={"event": event, "partners": partners},
+                         headers=as_role("viewer"))
+    assert answer.status_code == 200, answer.text
+    placed = answer.json()["partners"]
+    assert [(p["id"], p["x"]) for p in placed] == [("b60", 60), ("b90", 90), ("b118", 118), ("b200", 200)]
+    for point in placed:
+        assert point["prob"] == pytest.approx(p_within(event_h, Histogram.from_template(phi, point["x"]), 25),
+                                              abs=1e-12)
+    assert placed[-1]["partition"] is None and placed[-1]["prob"] == 0.0, "far beyond every probing range"
+    assert placed[1]["partition"] is not None
+    bad_partner = [partners[0], {"stream": b, "id": "b?", "ts": {"detected": "soon", "template": "s1"}}]
+    answer = client.post(f"/api/queries/{query_id}/curve", json={"event": event, "partners": bad_partner},
+                         headers=as_role("viewer"))
+    assert answer.status_code == 422 and answer.json()["error"]["field"].startswith("partners.1.ts"), answer.text
+    answer = client.post(f"/api/queries/{query_id}/curve", json={"event": event, "partners": [event]},
+                         headers=as_role("viewer"))
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "partners", answer.text
 
 
 def test_curve_of_an_interval_event_has_unbounded_ranges(client, as_role, join_query):

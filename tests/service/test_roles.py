@@ -36,6 +36,7 @@ ROUTES = {
     ("POST", "/api/alarms/{query_id}/acknowledge"): "analyst",
     ("POST", "/api/alarms/{query_id}/silence"): "analyst",
     ("POST", "/api/alarms/{query_id}/resolve"): "analyst",
+    ("GET", "/api/audit"): "analyst",
     ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin",
     ("GET", "/api/me"): "viewer",

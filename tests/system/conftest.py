@@ -143,6 +143,22 @@ def start_up():
         up.kill_everything()
 
 
+def up_environment(home: Path, **settings: str) -> tuple[int, int, dict[str, str]]:
+    """Two free loopback ports (the API's, Redis's) and the environment of a ``penumbra up``
+    on ``home`` with them: the caller's Redis, token, master and checkpoint settings left out."""
+    from spark_jobs.redis_server import free_port
+
+    port = free_port()
+    redis_port = free_port()
+    while redis_port == port:
+        redis_port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PENUMBRA_REDIS_URL", "PENUMBRA_ADMIN_TOKEN", "PENUMBRA_SPARK_MASTER", "PENUMBRA_CHECKPOINT")}
+    env.update({"PENUMBRA_HOME": str(home), "PENUMBRA_PORT": str(port), "PENUMBRA_REDIS_PORT": str(redis_port),
+                "PYTHONPATH": str(ROOT), **{f"PENUMBRA_{k.upper()}": v for k, v in settings.items()}})
+    return port, redis_port, env
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

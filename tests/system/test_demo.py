@@ -1,25 +1,22 @@
 """``penumbra up --demo`` end to end, and the whole path under faults.
 
-One run of ``python -m penumbra up --demo`` on a fresh home (real redis-server, Spark job,
-API and the three scenarios' simulators, all as a user starts them) serves every step,
-in order; a step that needs an earlier one is skipped when that one failed:
+The session's one ``penumbra up --demo`` (tests/demo.py: real redis-server, Spark job,
+API and the three scenarios' simulators, started as a user starts them; the browser
+tests of tests/e2e/ use it first) serves every step, in order; a step that needs an
+earlier one is skipped when that one failed:
 
 1. every scenario raises alarms within a few minutes of the start (the smoke test);
-2. in Debian's Chromium, the dashboard shows a live alarm that the job found; it is
-   acknowledged, survives a reload, and a viewer sees it without the controls;
-3. kill -9 of the Spark job while a simulated file is replayed into it (on top of the
+2. kill -9 of the Spark job while a simulated file is replayed into it (on top of the
    demo's own traffic): after the restart ``up`` does by itself, the query's matches are
    exactly the local engine's on the same events, none lost, none doubled;
-4. a flood of malformed events, through the API and straight into the ingest stream:
+3. a flood of malformed events, through the API and straight into the ingest stream:
    the system keeps serving, every reject is recorded with its reason, and every valid
    event between them is processed;
-5. the API killed: a websocket client reconnects and resumes from its last id, and what
+4. the API killed: a websocket client reconnects and resumes from its last id, and what
    it received equals the stream, no gap and nothing twice;
-6. Redis killed: ``up`` restarts it; tokens, queries, a moved threshold and an alarm's
-   state survive (AOF), and the API and the job carry on by themselves.
-
-The browser test lives here rather than in tests/e2e/ because it needs the running job:
-one job per test session, shared with the fault steps.
+5. Redis killed: ``up`` restarts it; tokens, queries, a moved threshold and an alarm's
+   state survive (AOF), and the API and the job carry on by themselves;
+6. SIGTERM stops the demo and everything it started.
 """
 
 from __future__ import annotations
@@ -30,22 +27,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 
 import pytest
-import redis
 
 from penumbra import scenarios
 from penumbra.engine import compile_query
 from penumbra.events import parse_events, parse_streams
-from spark_jobs.redis_server import free_port
-from spark_jobs.store import Keys
-from tests.system.conftest import ROOT, Up, bearer, http
+from tests.demo import ALARM_TIMEOUT, KEYS, START_TIMEOUT, Demo, heartbeat, matches_of, wait
+from tests.system.conftest import ROOT, bearer, http, processes_of
 
-START_TIMEOUT = 300.0
-ALARM_TIMEOUT = 240.0
 STOP_TIMEOUT = 240.0
-KEYS = Keys()
 #: the fault steps' own query, over copies of the intrusion streams (the demo's live
 #: traffic on the real ones would make a replayed file late)
 FAULT_QUERY = "faults"
@@ -54,98 +45,12 @@ FAULT_TEXT = ("SELECT * FROM FSEISMIC A, FACOUSTIC B WHERE WINDOW(A, B) = 2000 A
               "WITH THRESHOLD 0.6")
 
 
-@dataclass
-class Demo:
-    home: object
-    port: int
-    redis_port: int
-    env: dict
-    up: Up | None = None
-    admin: str = ""
-    token: str = ""
-    done: set[str] = field(default_factory=set)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def needs(self, *steps: str) -> None:
-        missing = [s for s in steps if s not in self.done]
-        if missing:
-            pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
-
-    def redis(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
-
-    def api_pid(self) -> int:
-        """The pid of the API that up started last (it prints each start)."""
-        found = [line for line in self.up.lines if line.startswith("api: starting")]
-        return int(found[-1].rsplit("pid ", 1)[1].split(",")[0])
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory, start_up) -> Demo:
-    home = tmp_path_factory.mktemp("demo-home")
-    port = free_port()
-    redis_port = free_port()
-    while redis_port == port:
-        redis_port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PENUMBRA_REDIS_URL", "PENUMBRA_ADMIN_TOKEN", "PENUMBRA_SPARK_MASTER", "PENUMBRA_CHECKPOINT")}
-    env.update({"PENUMBRA_HOME": str(home), "PENUMBRA_PORT": str(port), "PENUMBRA_REDIS_PORT": str(redis_port),
-                "PENUMBRA_DEMO_RATE": "20", "PYTHONPATH": str(ROOT)})
-    state = Demo(home, port, redis_port, env)
-    state.up = start_up(home, env, [sys.executable, "-m", "penumbra", "up", "--demo"])
-    return state
-
-
-def matches_of(demo: Demo, query: str, token: str | None = None) -> list[dict]:
-    """Every match of ``query`` over REST, oldest first."""
-    items, before = [], None
-    with http(demo.base) as client:
-        while True:
-            params = {"limit": 1000, **({"before": before} if before else {})}
-            answer = client.get(f"/api/queries/{query}/matches", params=params, headers=bearer(token or demo.token))
-            assert answer.status_code == 200, answer.text
-            page = answer.json()
-            items += page["items"]
-            before = page["next"]
-            if not before:
-                return items[::-1]
-
-
-def wait(what: str, check, timeout: float, demo: Demo, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = check()
-        except (OSError, redis.RedisError, AssertionError) as error:  # a part restarting
-            found, last = None, error
-        else:
-            last = None
-        if found:
-            return found
-        assert demo.up.process.poll() is None, demo.up.output
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s (last error: {last})\n{demo.up.output[-3000:]}\n"
-                        f"{demo.up.logs()}")
-        time.sleep(every)
-
-
-def heartbeat(demo: Demo) -> dict[str, str]:
-    with demo.redis() as client:
-        return {k.decode(): v.decode() for k, v in client.hgetall(KEYS.heartbeat).items()}
-
-
 # ---- 1. smoke
 
 
 @pytest.mark.slow
 def test_every_scenario_raises_alarms_soon_after_up_demo(demo):
     up = demo.up
-    up.wait_for(r"^Penumbra is up", START_TIMEOUT)
-    demo.admin = up.wait_for(r"^\s+admin token\s+(pn_\S+)", 5).group(1)
-    demo.token = up.wait_for(r"^\s+demo token\s+(pn_\S+)", 60).group(1)
     for name in ("intrusion", "cluster", "shoplifting"):
         up.wait_for(rf"^sim-{name}: starting the {name} simulator", 30)
     started = time.monotonic()
@@ -160,62 +65,7 @@ def test_every_scenario_raises_alarms_soon_after_up_demo(demo):
     demo.done.add("alarms")
 
 
-# ---- 2. the dashboard, live
-
-
-@pytest.mark.slow
-def test_the_dashboard_shows_a_live_alarm_found_by_the_job(demo):
-    demo.needs("alarms")
-    from tests.web.conftest import BROWSER_ARGS, CHROMIUM, WAIT_MS, Tab, sync_api
-
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed")
-    with http(demo.base) as client:
-        viewer = client.post("/api/tokens", json={"role": "viewer", "label": "demo viewer"},
-                             headers=bearer(demo.admin)).json()["token"]
-        # a fresh alarm: resolved now, it is new again with the job's next intrusion
-        assert client.post("/api/alarms/intrusion/resolve", headers=bearer(demo.token)).status_code == 200
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            context.set_default_timeout(WAIT_MS * 4)
-            tab = Tab(context.new_page(), demo.base)
-            page = tab.page
-            tab.sign_in(demo.token, "alarms")
-            seen = len(matches_of(demo, "intrusion"))
-            # a match the job writes from now on arrives on the page
-            row = page.locator('#feed li[data-query="intrusion"]').first
-            row.wait_for()
-            wait("a new intrusion match", lambda: len(matches_of(demo, "intrusion")) > seen, ALARM_TIMEOUT, demo)
-            newest = matches_of(demo, "intrusion")[-1]
-            page.locator(f'#feed li[data-id="{newest["id"]}"]').wait_for()
-            card = page.locator('.group[data-query="intrusion"]')
-            card.locator('[data-testid="state"]', has_text="New").wait_for()
-            card.locator('button[data-act="acknowledge"]').click()
-            card.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
-            with demo.redis() as store:
-                assert store.hget(KEYS.alarms("intrusion"), "state") == b"acknowledged"
-                assert store.hget(KEYS.alarms("intrusion"), "by") == b"demo"
-            page.reload()
-            page.wait_for_selector('#connection[data-state="live"]')
-            page.locator('.group[data-query="intrusion"] [data-testid="state"]', has_text="Acknowledged").wait_for()
-            tab.assert_clean()
-            # a viewer watches the same alarm, with no control that changes anything
-            viewing = Tab(browser.new_context(viewport={"width": 1280, "height": 800}).new_page(), demo.base)
-            viewing.page.set_default_timeout(WAIT_MS * 4)
-            viewing.sign_in(viewer, "alarms")
-            group = viewing.page.locator('.group[data-query="intrusion"]')
-            group.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
-            assert group.locator('button[data-act="acknowledge"]').count() == 0 or \
-                not group.locator('button[data-act="acknowledge"]').is_visible()
-            viewing.assert_clean()
-        finally:
-            browser.close()
-    demo.done.add("dashboard")
-
-
-# ---- 3. kill -9 of the job under load
+# ---- 2. kill -9 of the job under load
 
 
 def fault_events(seed: int, rate: float, duration: float) -> list[dict]:
@@ -293,7 +143,7 @@ def test_a_job_killed_under_load_is_restarted_and_loses_or_doubles_nothing(demo,
     demo.done.add("killed")
 
 
-# ---- 4. malformed events
+# ---- 3. malformed events
 
 
 @pytest.mark.slow
@@ -357,7 +207,7 @@ def local_all(after: list[dict]) -> list[tuple]:
     return local(before + [closer(before, 1)] + after)
 
 
-# ---- 5. the API restarted
+# ---- 4. the API restarted
 
 
 @pytest.mark.slow
@@ -403,7 +253,7 @@ def test_a_websocket_client_resumes_without_a_gap_after_the_api_restarts(demo):
     demo.done.add("api")
 
 
-# ---- 6. Redis restarted
+# ---- 5. Redis restarted
 
 
 @pytest.mark.slow
@@ -445,8 +295,6 @@ def test_redis_killed_and_restarted_keeps_tokens_queries_thresholds_and_alarm_st
 @pytest.mark.slow
 def test_sigterm_stops_the_demo_and_everything_it_started(demo):
     demo.needs("alarms")
-    from tests.system.conftest import processes_of
-
     children = processes_of(demo.home) - {demo.up.process.pid}
     assert demo.up.terminate(STOP_TIMEOUT) == 0, demo.up.output
     for name in ("intrusion", "cluster", "shoplifting"):

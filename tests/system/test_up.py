@@ -40,7 +40,7 @@ from penumbra.engine import compile_query
 from penumbra.events import Streams, parse_event
 from spark_jobs.redis_server import RedisServer, free_port
 from spark_jobs.store import Keys
-from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of, stand_in
+from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of, stand_in, up_environment
 
 #: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
 START_TIMEOUT = 300.0
@@ -102,14 +102,7 @@ class Scenario:
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, start_up) -> Scenario:
     home = tmp_path_factory.mktemp("up-home")
-    port = free_port()
-    redis_port = free_port()
-    while redis_port == port:
-        redis_port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PENUMBRA_REDIS_URL", "PENUMBRA_ADMIN_TOKEN", "PENUMBRA_SPARK_MASTER", "PENUMBRA_CHECKPOINT")}
-    env.update({"PENUMBRA_HOME": str(home), "PENUMBRA_PORT": str(port), "PENUMBRA_REDIS_PORT": str(redis_port),
-                "PYTHONPATH": str(ROOT)})
+    port, redis_port, env = up_environment(home)
     return Scenario(home, port, redis_port, env, start_up)
 
 

@@ -40,6 +40,19 @@ if not CHROMIUM.exists():
     pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)", allow_module_level=True)
 
 
+def wait_until(page, expression: str, timeout: float = WAIT_MS / 1000):
+    """Polls a JavaScript expression until it is truthy. (Playwright's wait_for_function
+    evaluates its predicate with eval inside the page, which the dashboard's
+    Content-Security-Policy forbids; page.evaluate goes through the debugger instead.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"still false after {timeout:g} s: {expression}"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="session")
 def base_url(redis_server, tmp_path_factory):  # noqa: F811
     """http:// URL of the service (API, websocket and dashboard) over the session's Redis."""

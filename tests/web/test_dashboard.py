@@ -14,22 +14,9 @@ import time
 
 import pytest
 
-from .conftest import WAIT_MS, unique, write_batch
+from .conftest import WAIT_MS, unique, wait_until, write_batch
 
 VIEWS = ("alarms", "queries", "tuner", "inspector", "health")
-
-
-def wait_until(page, expression: str, timeout: float = WAIT_MS / 1000):
-    """Polls a JavaScript expression until it is truthy. (Playwright's wait_for_function
-    evaluates its predicate with eval inside the page, which the dashboard's
-    Content-Security-Policy forbids; page.evaluate goes through the debugger instead.)"""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = page.evaluate(expression)
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"still false after {timeout:g} s: {expression}"
-        time.sleep(0.1)
 
 
 def observation(threshold: float, near: list[float], buffers: dict, watermark: float) -> dict:

@@ -14,6 +14,23 @@ import { bus, store } from "../store.js";
 
 const REGIONS = [["lpr", "LPR", "left probing range"], ["sr", "SR", "safe range"], ["rpr", "RPR", "right probing range"]];
 const FILL = { lpr: "rgba(31,95,191,0.12)", sr: "rgba(47,111,62,0.14)", rpr: "rgba(192,91,0,0.12)" };
+/** Buffered partners' markers: colour and shape per probing range (never colour alone). */
+const MARKER = { lpr: ["#1f5fbf", "triangle-left"], sr: ["#2f6f3e", "circle"], rpr: ["#c05b00", "triangle-right"],
+  none: ["#6b7280", "x"] };
+/** Buffered events seen in the job's observations, per query (id -> event), newest last; at most this many. */
+const POOL = new Map();
+const POOL_SIZE = 200;
+
+function remember(id, projection) {
+  const pool = POOL.get(id) ?? new Map();
+  const sample = projection?.value?.newly_buffered;
+  for (const e of Array.isArray(sample) ? sample : []) {
+    pool.delete(e.id);
+    pool.set(e.id, e);
+  }
+  while (pool.size > POOL_SIZE) pool.delete(pool.keys().next().value);
+  POOL.set(id, pool);
+}
 
 function paramsOf(entry, stream) {
   const found = Object.entries(entry.streams ?? {}).find(([name]) => name.toLowerCase() === stream.toLowerCase());
@@ -124,8 +141,16 @@ export default {
       error.hidden = true;
       if (!id || !$("#ins-stream").value) return;
       let curve;
+      remember(id, store.partitions.get(id));
+      if (!POOL.get(id)?.size) {
+        // a quiet query: no partitions message since the page opened, so read the latest one
+        try { remember(id, await get(`${q(id)}/partitions`)); } catch { /* drawn without markers */ }
+      }
+      const own = event().stream.toLowerCase();
+      const partners = [...(POOL.get(id) ?? new Map()).values()].filter((e) => e.stream.toLowerCase() !== own)
+        .slice(-POOL_SIZE);
       try {
-        curve = await post(`${q(id)}/curve`, { event: event(), points: 240 });
+        curve = await post(`${q(id)}/curve`, { event: event(), points: 240, partners });
       } catch (failure) {
         error.textContent = `No curve: ${failure.message}`;
         error.hidden = false;
@@ -157,13 +182,25 @@ export default {
         x: xs, y: ys, type: "scatter", mode: "lines", name: `partner ${name}`, line: { width: 2, dash: dashes[i % dashes.length] },
         hovertemplate: `partner ${esc(name)}: %{y:.1%} at %{x:,.1f}<extra></extra>`,
       }));
+      const names = { lpr: "in LPR", sr: "in SR", rpr: "in RPR", none: "outside the ranges" };
+      for (const key of ["lpr", "sr", "rpr", "none"]) {
+        const points = (curve.partners ?? []).filter((p) => (p.partition ?? "none") === key && p.x >= lo && p.x <= hi);
+        if (!points.length) continue;
+        const [colour, symbol] = MARKER[key];
+        data.push({ x: points.map((p) => p.x), y: points.map((p) => p.prob), text: points.map((p) => p.id),
+          type: "scatter", mode: "markers", name: `buffered partners ${names[key]}`,
+          marker: { color: colour, symbol, size: 10, line: { width: 1, color: colours.text } },
+          hovertemplate: `%{text}: %{y:.1%} at %{x:,.1f} (${names[key]})<extra></extra>` });
+      }
       await draw(chart, data, {
         xaxis: { title: { text: "partner's max time" } },
         yaxis: { title: { text: "join probability" }, range: [0, 1.05], tickformat: ".0%" },
         shapes, annotations, margin: { l: 60, r: 16, t: 36, b: 48 },
       });
+      const shown = (curve.partners ?? []).filter((p) => p.x >= lo && p.x <= hi).length;
       $("#curve-note").textContent = `Event ${event().id} of ${event().stream}; ${Object.keys(curve.curves).length} partner `
-        + `${Object.keys(curve.curves).length === 1 ? "shape" : "shapes"}; floor ${percent(curve.floor)}.`;
+        + `${Object.keys(curve.curves).length === 1 ? "shape" : "shapes"}; floor ${percent(curve.floor)}; `
+        + `${count(shown)} of ${count((curve.partners ?? []).length)} buffered partners the job reported lie in view.`;
       $("#ins-ranges").innerHTML = `<table class="responsive"><thead><tr><th scope="col">Region</th><th scope="col">From</th><th scope="col">To</th></tr></thead><tbody>`
         + REGIONS.map(([key, label, words]) => `<tr><td data-label="Region"><strong>${label}</strong> <span class="muted small">${words}</span></td>`
           + `<td data-label="From" class="num">${number(curve[key]?.[0] ?? null)}</td><td data-label="To" class="num">${curve[key]?.[1] === null ? "unbounded" : number(curve[key]?.[1])}</td></tr>`).join("")
@@ -271,7 +308,10 @@ export default {
     $("#ins-kind").addEventListener("change", showKind);
     $("#inspect-form").addEventListener("submit", (e) => { e.preventDefault(); drawCurve(); });
     const onQueries = () => { const before = $("#ins-query").value; fillQueries(); if ($("#ins-query").value !== before) chooseQuery(); };
-    const onPartitions = ({ detail }) => { if (detail.query === $("#ins-query").value) renderSamples(); };
+    const onPartitions = ({ detail }) => {
+      remember(detail.query, store.partitions.get(detail.query));
+      if (detail.query === $("#ins-query").value) renderSamples();
+    };
     bus.addEventListener("queries", onQueries);
     bus.addEventListener("partitions", onPartitions);
     fillQueries();

@@ -1,10 +1,10 @@
 // Threshold tuner: how many of the recent window's candidates would match at each
 // threshold (GET what-if), the current threshold marked, a slider whose preview moves
 // before anything is applied; applying PATCHes the registry (the job takes it at its
-// next micro-batch, and the audit stream records who).
+// next micro-batch, and the audit stream records who: the "Changes" card lists it).
 
-import { get, patch, q } from "../api.js";
-import { count, esc, percent } from "../format.js";
+import { get, patch, q, session } from "../api.js";
+import { clock, count, esc, fullTime, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, refreshQueries, store } from "../store.js";
 import { notify } from "../ui.js";
@@ -49,6 +49,11 @@ export default {
           <button type="button" id="tune-reset">Back to current</button>
           <span id="tune-applied" class="muted" role="status"></span>
         </div>
+      </section>
+      <section class="card stack" data-role="analyst" aria-labelledby="audit-title">
+        <h2 id="audit-title">Changes to this query</h2>
+        <p class="muted small">The audit trail: who registered, retuned, paused or acted on it, newest first.</p>
+        <ol id="tune-audit" class="audit" aria-live="polite"></ol>
       </section>
       <section class="card stack" aria-labelledby="rate-title">
         <h2 id="rate-title">Matches per micro-batch, live</h2>
@@ -107,9 +112,34 @@ export default {
       if (drawn && chart.isConnected && chart._fullLayout) window.Plotly.relayout(chart, shapes(t));
     }
 
+    const ACTIONS = { register: "registered", update: "changed", remove: "removed", "alarm.acknowledged": "acknowledged the alarm",
+      "alarm.silenced": "silenced the alarm", "alarm.resolved": "resolved the alarm" };
+
+    function describe(details) {
+      if (!details || typeof details !== "object") return "";
+      return Object.entries(details).map(([k, v]) => (k === "threshold" && typeof v === "number"
+        ? `threshold ${percent(v)}` : `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`)).join(", ");
+    }
+
+    async function loadAudit() {
+      const id = select.value;
+      const list = main.querySelector("#tune-audit");
+      if (!id || !session.can("analyst")) return;
+      try {
+        const page = await get(`/audit?subject=${encodeURIComponent(id)}&limit=10`);
+        list.innerHTML = page.items.length ? page.items.map((e) => `<li data-action="${esc(e.action)}">
+            <time datetime="${new Date(e.at * 1000).toISOString()}" title="${esc(fullTime(e.at))}">${esc(clock(e.at))}</time>
+            <strong>${esc(e.who)}</strong> ${esc(ACTIONS[e.action] ?? e.action)}${describe(e.details) ? `: ${esc(describe(e.details))}` : ""}
+          </li>`).join("") : `<li class="muted">No change recorded.</li>`;
+      } catch (error) {
+        list.innerHTML = `<li class="muted">The audit trail could not be read: ${esc(error.message)}</li>`;
+      }
+    }
+
     async function load() {
       const id = select.value;
       if (!id) return;
+      loadAudit();
       const entry = store.queries.get(id);
       current = entry?.threshold ?? null;
       try {

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from penumbra.engine import compile_query
+from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
 from penumbra.joins import STRATEGIES, JoinOperator
 from tests.oracle import p_geq_float
@@ -292,6 +293,34 @@ def check_curve(op, streams, event, partner_stream, partner_templates):
                 assert lpr[0] - 1e-6 <= x <= rpr[1] + 1e-6
             if lpr[1] + 1e-6 <= x <= rpr[0] - 1e-6:      # SR: every template satisfies
                 assert p >= 0.7 - 1e-9
+
+
+@pytest.mark.parametrize("kind", ["templates", "intervals", "mixed"])
+def test_buffered_sample_gives_events_back_and_partners_sit_on_the_curve(kind):
+    streams, events = workload(8, kind, n=160)
+    op = compile_query(QUERY.format(d=14.0, keys="", t=0.7, s="lazy"), streams)
+    buffered = op.feed(events[:80]).observations["newly_buffered"]
+    assert 0 < len(buffered) <= 16 and {b["stream"] for b in buffered} == {"s", "t"}
+    sent = {e.id: e for e in events[:80]}
+    for item in buffered:
+        # the sample is the event as it was sent: the same timestamp once parsed again
+        again = parse_event(item, streams)
+        original = sent[item["id"]]
+        assert again.histogram.edges.tolist() == original.histogram.edges.tolist()
+        assert again.histogram.probs.tolist() == pytest.approx(original.histogram.probs.tolist())
+    event = next(e for e in events[80:] if e.stream == "S")
+    partners = [parse_event(b, streams) for b in buffered if b["stream"] == "t"]
+    curve = op.probability_curve(event, points=20, partners=partners)
+    assert [p["id"] for p in curve["partners"]] == [p.id for p in partners]
+    for point, partner in zip(curve["partners"], partners):
+        assert point["x"] == partner.histogram.hi
+        assert point["prob"] == pytest.approx(oracle_within(event.histogram, partner.histogram, 14.0), abs=1e-9)
+        inside = [name for name in ("lpr", "sr", "rpr") if curve[name][0] <= point["x"] <= curve[name][1]]
+        assert point["partition"] == (inside[0] if inside else None)
+        if point["prob"] >= 0.7 + 1e-9:      # Theorem 3: a match lies in a probing range
+            assert point["partition"] is not None
+    with pytest.raises(ValidationError, match="not of the partner stream"):
+        op.probability_curve(event, partners=[event])
 
 
 def _edge_case_events(streams, b_ts, a_ts, z_ts):

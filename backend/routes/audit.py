@@ -1,0 +1,59 @@
+"""The audit trail: who changed which query, threshold, stream, alarm or token, and when
+(the ``pn:audit`` stream, written by the registry and the service). Analysts and admins."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ..deps import AnalystDep, ServiceDep
+from ..models import AuditPage, Cursor
+from . import errors
+
+router = APIRouter(prefix="/audit", tags=["audit"])
+
+#: entries read per step while looking for a subject's, and at most in one request
+_CHUNK = 1000
+_SCAN_LIMIT = 20_000
+
+
+def audit_record(entry_id: bytes, fields: dict) -> dict:
+    text = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+    try:
+        details = json.loads(text.get("details", "null"))
+    except ValueError:
+        details = text.get("details")
+    version = text.get("version")
+    return {"id": entry_id.decode(), "at": float(text.get("at", 0)), "who": text.get("who", ""),
+            "action": text.get("action", ""), "subject": text.get("subject", ""), "details": details,
+            "version": int(version) if version and version.isdigit() else None}
+
+
+@router.get("", response_model=AuditPage, responses=errors(401, 403), summary="Who changed what, newest first")
+def list_audit(who: AnalystDep, service: ServiceDep,
+               subject: Annotated[str | None, Query(min_length=1, max_length=200,
+                                                    description="only changes to this query, stream or token")] = None,
+               limit: Annotated[int, Query(ge=1, le=500, description="entries per page")] = 50,
+               before: Annotated[Cursor | None, Query(description="only older than this cursor (paging)")] = None
+               ) -> dict:
+    """Pages go back in time: pass the answer's ``next`` as ``before``. With ``subject``,
+    up to 20,000 entries are looked through per request; ``next`` says where to go on."""
+    top = f"({before}" if before else "+"
+    items: list[dict] = []
+    scanned = 0
+    while True:
+        found = service.redis.xrevrange(service.keys.audit, top, "-", count=_CHUNK)
+        for entry_id, fields in found:
+            scanned += 1
+            record = audit_record(entry_id, fields)
+            if subject is None or record["subject"] == subject:
+                if len(items) == limit:
+                    return {"items": items, "next": items[-1]["id"]}
+                items.append(record)
+            if scanned >= _SCAN_LIMIT:
+                return {"items": items, "next": entry_id.decode()}
+        if len(found) < _CHUNK:
+            return {"items": items, "next": None}
+        top = f"({found[-1][0].decode()}"
