@@ -16,3 +16,17 @@ def demo(tmp_path_factory):
         yield running.ready()
     finally:
         running.up.kill_everything()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright, one per session (Playwright's sync API runs
+    one instance per thread): the dashboard tests of tests/web/ and tests/e2e/ share it."""
+    from tests.web.conftest import BROWSER_ARGS, CHROMIUM, sync_api
+
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -25,23 +25,13 @@ from penumbra.events import parse_event, parse_streams
 from tests.demo import ALARM_TIMEOUT, KEYS, matches_of, wait
 from tests.oracle import p_geq_float
 from tests.system.conftest import ROOT, bearer, http
-from tests.web.conftest import BROWSER_ARGS, CHROMIUM, WAIT_MS, Tab, sync_api, wait_until
+from tests.web.conftest import WAIT_MS, Tab, sync_api, wait_until
 
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "e2e"
 #: Playwright's waits here, milliseconds: the job's batches and Spark's pace on two cores
 LIVE_MS = WAIT_MS * 4
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture

@@ -99,16 +99,6 @@ def api(base_url):
     client.close()
 
 
-@pytest.fixture(scope="session")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 class Tab:
     """A page with what it logged: console errors, uncaught exceptions, foreign requests."""
 
