@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import redis
 
 from spark_jobs.store import Keys
-from tests.system.conftest import Up, bearer, http, up_environment
+from tests.system.conftest import Up, UpRun, bearer, http, up_environment
 
 START_TIMEOUT = 300.0
 ALARM_TIMEOUT = 240.0
@@ -25,19 +25,10 @@ KEYS = Keys()
 
 
 @dataclass
-class Demo:
-    home: object
-    port: int
-    redis_port: int
-    env: dict
+class Demo(UpRun):
     up: Up | None = None
     admin: str = ""
     token: str = ""
-    done: set[str] = field(default_factory=set)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def ready(self) -> Demo:
         """Until ``up`` has printed the admin token and the demo token."""
@@ -46,13 +37,6 @@ class Demo:
         self.token = self.up.wait_for(r"^\s+demo token\s+(pn_\S+)", 60).group(1)
         return self
 
-    def needs(self, *steps: str) -> None:
-        missing = [s for s in steps if s not in self.done]
-        if missing:
-            pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
-
-    def redis(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
 
     def api_pid(self) -> int:
         """The pid of the API that up started last (it prints each start)."""

@@ -15,10 +15,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from backend.up import Child
 
@@ -141,6 +143,30 @@ def start_up():
     yield start
     for up in started:
         up.kill_everything()
+
+
+@dataclass
+class UpRun:
+    """A ``penumbra up`` of a test module, run in steps: its home, ports and environment,
+    the steps done (a step that needs a failed one is skipped), a client of its Redis."""
+
+    home: Path
+    port: int
+    redis_port: int
+    env: dict[str, str]
+    done: set[str] = field(default_factory=set)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def needs(self, *steps: str) -> None:
+        missing = [s for s in steps if s not in self.done]
+        if missing:
+            pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
 
 
 def up_environment(home: Path, **settings: str) -> tuple[int, int, dict[str, str]]:

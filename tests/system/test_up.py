@@ -40,7 +40,7 @@ from penumbra.engine import compile_query
 from penumbra.events import Streams, parse_event
 from spark_jobs.redis_server import RedisServer, free_port
 from spark_jobs.store import Keys
-from tests.system.conftest import ROOT, Up, alive, bearer, http, processes_of, stand_in, up_environment
+from tests.system.conftest import ROOT, Up, UpRun, alive, bearer, http, processes_of, stand_in, up_environment
 
 #: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
 START_TIMEOUT = 300.0
@@ -66,14 +66,9 @@ def local_matches(events: list[dict]) -> list[dict]:
 
 
 @dataclass
-class Scenario:
-    home: Path
-    port: int
-    redis_port: int
-    env: dict[str, str]
-    start_up: object
+class Scenario(UpRun):
+    start_up: object = None
     runs: list[Up] = field(default_factory=list)
-    done: set[str] = field(default_factory=set)
     token: str = ""
     job_id: str = ""
     batches: int = -1
@@ -82,28 +77,17 @@ class Scenario:
     def up(self) -> Up:
         return self.runs[-1]
 
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def start(self) -> Up:
         self.runs.append(self.start_up(self.home, self.env))
         return self.up
 
-    def needs(self, *steps: str) -> None:
-        missing = [s for s in steps if s not in self.done]
-        if missing:
-            pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
-
-    def redis(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, start_up) -> Scenario:
     home = tmp_path_factory.mktemp("up-home")
     port, redis_port, env = up_environment(home)
-    return Scenario(home, port, redis_port, env, start_up)
+    return Scenario(home, port, redis_port, env, start_up=start_up)
 
 
 def wait_ready(up: Up) -> str:
