@@ -143,8 +143,12 @@ export default {
       let curve;
       remember(id, store.partitions.get(id));
       if (!POOL.get(id)?.size) {
-        // a quiet query: no partitions message since the page opened, so read the latest one
-        try { remember(id, await get(`${q(id)}/partitions`)); } catch { /* drawn without markers */ }
+        // a quiet query (nothing buffered in the feed's messages since the page opened):
+        // read what its last micro-batches buffered
+        try {
+          const recent = (await get(`${q(id)}/observations?limit=20`)).items;
+          for (const record of [...recent].reverse()) remember(id, { value: record.observations });
+        } catch { /* drawn without markers */ }
       }
       const own = event().stream.toLowerCase();
       const partners = [...(POOL.get(id) ?? new Map()).values()].filter((e) => e.stream.toLowerCase() !== own)
