@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ..deps import AnalystDep, ServiceDep
+from ..errors import ApiError
 from ..models import AuditPage, Cursor
 from . import errors
 
@@ -40,6 +41,12 @@ def list_audit(who: AnalystDep, service: ServiceDep,
                ) -> dict:
     """Pages go back in time: pass the answer's ``next`` as ``before``. With ``subject``,
     up to 20,000 entries are looked through per request; ``next`` says where to go on."""
+    if before:
+        parts = [int(p) for p in before.split("-")]
+        if any(p >= 2 ** 64 for p in parts):
+            raise ApiError(422, f"before: {before!r} is not a stream id (each part below 2^64)", field="before")
+        if parts == [0, 0]:
+            return {"items": [], "next": None}  # nothing is older
     top = f"({before}" if before else "+"
     items: list[dict] = []
     scanned = 0

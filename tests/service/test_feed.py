@@ -11,9 +11,22 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from backend.testing import ApiServer
+
 from .conftest import ADMIN_TOKEN, unique
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def api_server(redis_server, tokens, tmp_path_factory):
+    """An API server of this module's own (the session's serves the timing-sensitive live
+    feed tests, which the traffic sent here would disturb), stopped by its pid."""
+    log = tmp_path_factory.mktemp("feed-api") / "server.log"
+    with ApiServer(redis_server.url, log=log, admin_token=ADMIN_TOKEN, ingest_rate_limit=10_000) as api:
+        yield api
 
 
 def penumbra(*argv: str, token: str | None = ADMIN_TOKEN, timeout: float = 120) -> subprocess.CompletedProcess:
