@@ -46,7 +46,7 @@ except ImportError:  # the json module reads everything orjson would, about 4x s
 __all__ = [
     "GAP_FAMILIES", "Event", "Rejected", "StreamParams", "Streams", "gap_problem",
     "parse_event", "parse_event_line", "parse_events", "read_events", "load_events",
-    "parse_streams", "load_streams", "event_to_json",
+    "parse_streams", "load_streams", "event_to_json", "collector_paused",
 ]
 
 MAX_ID_LENGTH = 256
@@ -319,12 +319,32 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
         stream, event_id, attrs = obj.get("stream"), obj.get("id"), obj.get("attrs", _NO_ATTRS)
         if type(stream) is str and stream in _VALID_NAMES and type(event_id) is str \
                 and 0 < len(event_id) <= MAX_ID_LENGTH and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
-            interval = _plain_interval(obj.get("ts"))
-            if interval is not None and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
+            ts = obj.get("ts")
+            interval = _plain_interval(ts)
+            template = None if interval is not None else _plain_template(ts, stream, streams)
+            if (interval is not None or template is not None) \
+                    and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
                 if attrs:
                     attrs = MappingProxyType(attrs if decoded else dict(attrs))
-                return Event._checked(stream, event_id, interval, attrs or _NO_ATTRS)
+                if interval is not None:
+                    return Event._checked(stream, event_id, interval, attrs or _NO_ATTRS)
+                return Event._checked(stream, event_id, template[0], attrs or _NO_ATTRS, template[1], template[2])
     return _checked_event(obj, streams)
+
+
+def _plain_template(value: Any, stream: str, streams: Any) -> tuple[Histogram, str, float] | None:
+    """``{"detected": t, "template": name}`` with a plain finite number and a template the
+    stream declares, resolved (``phi + t - max(phi)``) without the full checks; ``None``
+    for anything else."""
+    if type(value) is dict and len(value) == 2 and type(streams) is Streams:
+        detected, name = value.get("detected"), value.get("template")
+        if type(detected) in _PLAIN_NUMBERS and -_LARGEST <= detected <= _LARGEST and type(name) is str:
+            params = streams._by_key.get(stream.casefold())
+            template = params.templates.get(name) if params is not None else None
+            if template is not None:
+                detected = float(detected)
+                return Histogram._checked(template.edges + (detected - template.hi), template.probs), name, detected
+    return None
 
 
 def _plain_attrs(attrs: dict) -> bool:
@@ -441,7 +461,7 @@ def parse_event_line(line: str | bytes, streams: Streams | None = None) -> Event
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def collector_paused():
     """The cyclic garbage collector off for a batch. The objects a batch builds hold no
     cycles and outlive it, so a collection during it frees nothing; yet CPython would run
     one every few hundred allocations and move the survivors up to be scanned again, which
@@ -480,7 +500,7 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     events: list[Event] = []
     rejected: list[tuple[int, ValidationError]] = []
     seen: set[tuple[str, str]] = set()
-    with _collector_paused():
+    with collector_paused():
         for index, raw in enumerate(raws):
             try:
                 events.append(_admit(_parse_raw(raw, streams), seen))
@@ -497,7 +517,7 @@ def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[l
     events: list[Event] = []
     rejected: list[Rejected] = []
     seen: set[tuple[str, str]] = set()
-    with _collector_paused():
+    with collector_paused():
         for number, line in enumerate(lines, start=1):
             if not line or line.isspace():
                 continue

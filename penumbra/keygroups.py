@@ -79,10 +79,14 @@ class Routing:
     split and the query has one group.
     """
 
+    #: keys whose groups are remembered (streams repeat a bounded set of keys: tags, regions)
+    CACHED_KEYS = 1 << 16
+
     def __init__(self, roles: Roles, count: int):
         self.roles = {stream.casefold(): tuple(attrs) for stream, attrs in roles.items()}
         keyed = any(attributes for attrs in self.roles.values() for attributes in attrs)
         self.count = count if keyed else 1
+        self._known: dict[tuple, list[int]] = {}
 
     def groups(self, stream: str, attrs: Mapping[str, Any]) -> list[int]:
         """The groups an event of ``stream`` with these attributes must reach (none when
@@ -92,6 +96,16 @@ class Routing:
             return []
         if self.count == 1:
             return [0]
+        # the key's values spell the same in the cache as in key_hash: 1, 1.0 and True alike
+        known = (stream.casefold(), *(attrs.get(name) for attributes in roles for name in attributes))
+        found = self._known.get(known)
+        if found is None:
+            if len(self._known) >= self.CACHED_KEYS:
+                self._known.clear()
+            found = self._known[known] = self._groups(roles, attrs)
+        return found
+
+    def _groups(self, roles: Sequence[tuple[str, ...]], attrs: Mapping[str, Any]) -> list[int]:
         groups = set()
         for attributes in roles:
             if not attributes:

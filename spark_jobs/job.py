@@ -2,8 +2,7 @@
 
 ::
 
-    Redis pn:in --(IngestSource, read on executors)--> entries
-        --(mapInPandas: route)--> rows keyed by (query, key group), ticks
+    Redis pn:in --(IngestSource: read and route on executors)--> rows keyed by (query, key group), ticks
         --(groupBy + transformWithStateInPandas: GroupProcessor, RocksDB)--> matches, observations
         --(foreachBatch: Sink, one MULTI/EXEC per batch)--> Redis pn:out:*, pn:dead, pn:live
 
@@ -30,7 +29,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from .processor import OUTPUT, GroupProcessor
-from .routing import ROUTED, route
 from .settings import JobSettings
 from .sink import Sink
 from .source import IngestSource
@@ -99,10 +97,9 @@ class Job:
         settings, keys = self.settings, self.keys
         groups = self.identity["key_groups"]
         url = settings.redis_url
-        entries = (self.spark.readStream.format("penumbra_ingest")
-                   .option("url", url).option("prefix", keys.prefix)
-                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.read_partitions).load())
-        routed = entries.mapInPandas(route(url, keys.prefix, groups), ROUTED)
+        routed = (self.spark.readStream.format("penumbra_ingest")
+                  .option("url", url).option("prefix", keys.prefix).option("groups", groups)
+                  .option("maxRows", settings.max_rows_per_batch).option("parts", settings.read_partitions).load())
         results = routed.groupBy("qid", "grp").transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen)
@@ -146,8 +143,8 @@ class Job:
 
 
 class _Metrics(StreamingQueryListener):
-    """Each micro-batch's progress into ``pn:metrics`` and the log: rows, duration,
-    rates, lag behind the ingest stream (entries and seconds), state size, and the
+    """Each micro-batch's progress into ``pn:metrics`` and the log: ingest entries read
+    (``rows``; Spark's own count is of routed rows, a few per key group), duration, rates, lag behind the ingest stream (entries and seconds), state size, and the
     running totals of matches, rejected and late events."""
 
     def __init__(self, url: str, keys: Keys, sink: Sink):
@@ -168,7 +165,12 @@ class _Metrics(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         progress = event.progress
         try:
-            end = json.loads(progress.sources[0].endOffset) if progress.sources else {}
+            source = progress.sources[0] if progress.sources else None
+            end = _offset(source.endOffset) if source else {}
+            # the source's rows are routed rows (a few per key group); what came in is entries
+            rows = max(0, int(end.get("n", 0)) - int(_offset(source.startOffset).get("n", 0) if source else 0))
+            duration_ms = progress.durationMs.get("triggerExecution", 0)
+            routed = progress.numInputRows
             info = self.client.xinfo_stream(self.keys.ingest) if self.client.exists(self.keys.ingest) else {}
             behind = max(0, int(info.get("entries-added", 0)) - int(end.get("n", 0))) if info else 0
             oldest = self.client.xrange(self.keys.ingest, f"({end['id']}", "+", count=1) if end and behind else []
@@ -176,9 +178,10 @@ class _Metrics(StreamingQueryListener):
             state = progress.stateOperators[0] if progress.stateOperators else None
             totals = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.counts).items()}
             metrics = {
-                "batch": progress.batchId, "at": time.time(), "rows": progress.numInputRows,
-                "duration_ms": progress.durationMs.get("triggerExecution", 0),
-                "input_rate": progress.inputRowsPerSecond, "processed_rate": progress.processedRowsPerSecond,
+                "batch": progress.batchId, "at": time.time(), "rows": rows, "routed_rows": routed,
+                "duration_ms": duration_ms,
+                "input_rate": rows * progress.inputRowsPerSecond / routed if routed else 0.0,
+                "processed_rate": rows * 1000 / duration_ms if duration_ms else 0.0,
                 "lag_entries": behind, "lag_seconds": round(lag_seconds, 3),
                 "state_rows": state.numRowsTotal if state else 0, "state_bytes": state.memoryUsedBytes if state else 0,
                 "rejected_total": totals.get("rejected", 0), "late_total": totals.get("late", 0),
@@ -190,10 +193,19 @@ class _Metrics(StreamingQueryListener):
             pipe.publish(self.keys.live, json.dumps({"metrics": metrics}))
             pipe.execute()
             log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,
-                     progress.numInputRows, metrics["duration_ms"] / 1000, metrics["processed_rate"] or 0.0,
+                     rows, duration_ms / 1000, metrics["processed_rate"],
                      behind, lag_seconds)
         except (redis.RedisError, ValueError, KeyError, IndexError) as error:
             log.warning("metrics of batch %d: %s", progress.batchId, error)
+
+
+def _offset(text) -> dict:
+    """A source offset of the progress report (none before the first batch)."""
+    try:
+        offset = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return offset if isinstance(offset, dict) else {}
 
 
 def main() -> int:

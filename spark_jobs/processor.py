@@ -22,12 +22,12 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from penumbra.events import parse_event_line
+from penumbra.events import collector_paused, parse_event_line
 from penumbra.keyed import GroupState, step
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
-from .routing import CONTROL, compiled
+from .routing import CONTROL, compiled, unpack
 
 __all__ = ["GroupProcessor", "OUTPUT", "encode"]
 
@@ -83,8 +83,8 @@ class GroupProcessor(StatefulProcessor):
         query = registry.queries.get(query_id)
         if query is None:
             return
-        events_rows = frame[kinds == "e"].sort_values("seq")
-        events = [parse_event_line(data.decode(), registry.streams) for data in events_rows["data"]]
+        with collector_paused():
+            events = [parse_event_line(line, registry.streams) for line in unpack(frame.loc[kinds == "b", "data"])]
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         end = any(tick["end"] for tick in ticks)

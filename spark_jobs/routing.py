@@ -1,7 +1,8 @@
 """From ingest entries to rows keyed by (query, key group).
 
-Runs on executors over each read partition of a micro-batch (``mapInPandas``): every
-event is validated by the core's parser (a bad one becomes a dead-letter row with its
+Runs on executors inside the source's ``read`` (:class:`~spark_jobs.source.IngestReader`),
+over each read partition of a micro-batch as it is read, so the entries cross from the
+JVM to Python once: every event is validated by the core's parser (a bad one becomes a dead-letter row with its
 reason), and each valid one goes to every key group of every running query that reads
 its stream (:class:`~penumbra.keygroups.Routing`). At the end of the partition each
 group of each query it concerned gets a *tick*: the clock of the partition's events for
@@ -9,8 +10,10 @@ that query (:meth:`~penumbra.operator.Operator.clock_of`) and whether the input 
 query ended; the groups merge the ticks of all partitions into the batch's clock, so
 time reaches groups that got no rows. Removed queries' groups get a *drop*.
 
-Output rows: ``(qid, grp, seq, kind, data, raw, registry)`` with kind ``e`` (an
-event's JSON), ``t`` (a tick), ``d`` (drop the state), and on the control key
+Output rows: ``(qid, grp, seq, kind, data, raw, registry)`` with kind ``b`` (a block:
+the group's events of the read partition, their ordinals and JSON, packed in one row
+so the shuffle moves a few rows per group, not one per event; ``seq`` is the first
+ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
 ``("", 0)``: ``r`` (a rejected entry: reason in data, the entry itself in raw) and ``x``
 (an end-of-input mark reached).
 """
@@ -18,23 +21,23 @@ event's JSON), ``t`` (a tick), ``d`` (drop the state), and on the control key
 from __future__ import annotations
 
 import json
+import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable
 
-import pandas as pd
 import redis
 
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
-from penumbra.events import Streams, parse_event_line, parse_streams
+from penumbra.events import Streams, collector_paused, parse_event_line, parse_streams
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
 
 from .store import Keys, Registry
 
-__all__ = ["ROUTED", "CONTROL", "CompiledQuery", "compiled", "route"]
+__all__ = ["ROUTED", "CONTROL", "CompiledQuery", "Router", "compiled", "pack", "unpack"]
 
 ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long"
 #: The key of rows that are not a query's: rejected entries and end marks.
@@ -96,50 +99,77 @@ def _reject(rows: list, seq: int, entry: str, reason: str, raw: bytes, version: 
     rows.append((*CONTROL, seq, "r", data, raw, version))
 
 
-def route(url: str, prefix: str, groups: int):
-    """The ``mapInPandas`` function for a job on ``url`` with ``groups`` key groups."""
+class Router:
+    """Routes the entries of one read partition, in order (:meth:`route`), then gives the
+    ticks and drops that close the partition (:meth:`close`)."""
 
-    def run(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        clocks: dict[str, Clock] = {}
-        ended: set[str] = set()
-        registry = None
-        for frame in frames:
-            if not len(frame):
+    def __init__(self, url: str, prefix: str, groups: int):
+        self.url, self.prefix, self.groups = url, prefix, groups
+        self.clocks: dict[str, Clock] = {}
+        self.ended: set[str] = set()
+        self.registry: _Compiled | None = None
+
+    def route(self, version: int, entries: Iterable[tuple[int, str, str, bytes]]) -> list[tuple]:
+        """Rows for ``(seq, entry id, field, data)`` entries read with registry ``version``."""
+        registry = self.registry = compiled(self.url, self.prefix, version, self.groups)
+        rows: list[tuple] = []
+        by_query: dict[str, list] = {}
+        blocks: dict[tuple[str, int], tuple[list, list]] = {}
+        with collector_paused():
+            self._route(registry, version, entries, rows, by_query, blocks)
+        for query_id, events in by_query.items():
+            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}),
+                                                 registry.queries[query_id].clocker.clock_of(events))
+        rows += [(query_id, group, seqs[0], "b", pack(seqs, lines), None, version)
+                 for (query_id, group), (seqs, lines) in blocks.items()]
+        return rows
+
+    def _route(self, registry: _Compiled, version: int, entries, rows: list, by_query: dict, blocks: dict) -> None:
+        for seq, entry, field, data in entries:
+            if field == "c":
+                self.ended.update(_end_mark(data, registry))
+                rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version))
                 continue
-            registry = compiled(url, prefix, int(frame["registry"].iloc[0]), groups)
-            rows: list[tuple] = []
-            by_query: dict[str, list] = {}
-            for seq, entry, field, data in zip(frame["seq"].tolist(), frame["entry"].tolist(),
-                                               frame["field"].tolist(), frame["data"].tolist()):
-                if field == "c":
-                    ended.update(_end_mark(data, registry))
-                    rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, registry.version))
-                    continue
-                if field != "e":
-                    _reject(rows, seq, entry, f"unknown entry field {field!r} (expected 'e', an event)", data,
-                            registry.version)
-                    continue
-                try:
-                    event = parse_event_line(data.decode("utf-8"), registry.streams)
-                except UnicodeDecodeError as error:
-                    _reject(rows, seq, entry, f"not UTF-8 text ({error.reason})", data, registry.version)
-                    continue
-                except ValidationError as error:
-                    _reject(rows, seq, entry, str(error), data, registry.version)
-                    continue
-                for query in registry.readers.get(event.stream.casefold(), ()):
-                    by_query.setdefault(query.entry["id"], []).append(event)
-                    for group in query.routing.groups(event.stream, event.attrs):
-                        rows.append((query.entry["id"], group, seq, "e", data, None, registry.version))
-            for query_id, events in by_query.items():
-                clocks[query_id] = merge_clocks(clocks.get(query_id, {}),
-                                                registry.queries[query_id].clocker.clock_of(events))
-            if rows:
-                yield pd.DataFrame(rows, columns=_COLUMNS)
-        if registry is not None:
-            yield pd.DataFrame(_ticks(registry, clocks, ended), columns=_COLUMNS)
+            if field != "e":
+                _reject(rows, seq, entry, f"unknown entry field {field!r} (expected 'e', an event)", data, version)
+                continue
+            try:
+                event = parse_event_line(data, registry.streams)
+            except ValidationError as error:
+                _reject(rows, seq, entry, str(error), data, version)
+                continue
+            for query in registry.readers.get(event.stream.casefold(), ()):
+                by_query.setdefault(query.entry["id"], []).append(event)
+                for group in query.routing.groups(event.stream, event.attrs):
+                    block = blocks.get((query.entry["id"], group))
+                    if block is None:
+                        block = blocks[query.entry["id"], group] = ([], [])
+                    block[0].append(seq)
+                    block[1].append(data)
 
-    return run
+    def close(self, version: int) -> list[tuple]:
+        """Every group of each query the partition's events concerned gets a tick (their
+        clock, and whether the query's input ended); every group of a removed query a drop."""
+        registry = self.registry or compiled(self.url, self.prefix, version, self.groups)
+        return _ticks(registry, self.clocks, self.ended)
+
+
+def pack(seqs: list[int], lines: list[bytes]) -> bytes:
+    """A group's events of one read partition as one value: their ordinals and JSON lines."""
+    return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(blocks) -> list[bytes]:
+    """The JSON lines of packed blocks (:func:`pack`), in the order of their ordinals."""
+    seqs: list[int] = []
+    lines: list[bytes] = []
+    for block in blocks:
+        more_seqs, more_lines = pickle.loads(block)
+        seqs += more_seqs
+        lines += more_lines
+    if any(later < earlier for earlier, later in zip(seqs, seqs[1:])):
+        lines = [line for _, line in sorted(zip(seqs, lines), key=lambda pair: pair[0])]
+    return lines
 
 
 def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str]) -> list[tuple]:
@@ -164,5 +194,3 @@ def _end_mark(data: bytes, registry: _Compiled) -> list[str]:
     except (ValueError, KeyError, TypeError):
         return []
 
-
-_COLUMNS = ["qid", "grp", "seq", "kind", "data", "raw", "registry"]

@@ -5,6 +5,10 @@ registry version the micro-batch is planned with::
 
     {"id": "1732360000000-3", "n": 1200, "registry": 4, "splits": [["1732...-0", 1100], ...]}
 
+With the option ``groups`` (the job's key-group count) the reader also routes what it
+reads (:class:`~spark_jobs.routing.Router`) and its rows are the routed ones
+(:data:`~spark_jobs.routing.ROUTED`); without it, the raw entries (:data:`SCHEMA`).
+
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
 driver: one server-side script walks at most ``max_rows`` entries and returns only the
 last id and the ids that split the batch into read partitions. Executors read their
@@ -22,6 +26,7 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from .routing import ROUTED, Router
 from .store import Keys
 
 __all__ = ["IngestSource", "SCHEMA"]
@@ -31,12 +36,15 @@ __all__ = ["IngestSource", "SCHEMA"]
 SCHEMA = "seq long, entry string, field string, data binary, registry long"
 READ_CHUNK = 10_000
 
-# Walks at most ARGV[2] entries after ARGV[1] (exclusive); returns their count and the
-# ids that end each of ARGV[3] nearly equal parts (the last one ends the batch).
+# Walks at most ARGV[2] entries after ARGV[1] (exclusive); returns the registry version
+# (KEYS[2]), their count and the ids that end each of ARGV[3] nearly equal parts (the last
+# one ends the batch). One script, so the version is the one in force when the last entry
+# of the batch was appended: an event appended after a registry change is routed by it.
 _PLAN = """
+local version = redis.call('GET', KEYS[2]) or '0'
 local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
 local count = #entries
-local out = {count}
+local out = {version, count}
 if count == 0 then return out end
 local parts = math.max(1, math.min(tonumber(ARGV[3]), count))
 for part = 1, parts do
@@ -70,7 +78,7 @@ class IngestSource(DataSource):
         return "penumbra_ingest"
 
     def schema(self) -> str:
-        return SCHEMA
+        return ROUTED if "groups" in self.options else SCHEMA
 
     def streamReader(self, schema) -> IngestReader:
         return IngestReader(self.options)
@@ -82,6 +90,7 @@ class IngestReader(DataSourceStreamReader):
         self.keys = Keys(options.get("prefix", "pn"))
         self.max_rows = int(options.get("maxrows", 100_000))
         self.parts = int(options.get("parts", 1))
+        self.groups = int(options["groups"]) if "groups" in options else None
         self.plan = None
 
     def initialOffset(self) -> dict:
@@ -97,12 +106,11 @@ class IngestReader(DataSourceStreamReader):
         rows = self.max_rows if not isinstance(limit, ReadMaxRows) else limit.max_rows
         if isinstance(limit, ReadAllAvailable):
             rows = max(rows, int(client.xlen(self.keys.ingest)))
-        registry = int(client.get(self.keys.version) or 0)
-        found = self.plan(keys=[self.keys.ingest], args=[start["id"], rows, self.parts])
-        count = int(found[0])
+        found = self.plan(keys=[self.keys.ingest, self.keys.version], args=[start["id"], rows, self.parts])
+        registry, count = int(found[0]), int(found[1])
         if count == 0:
             return start if registry == start["registry"] else {**start, "registry": registry, "splits": []}
-        stops = [s.decode() for s in found[1:]]
+        stops = [s.decode() for s in found[2:]]
         ordinals = [start["n"] + count * (part + 1) // len(stops) for part in range(len(stops))]
         return {"id": stops[-1], "n": start["n"] + count, "registry": registry,
                 "splits": [[s, n] for s, n in zip(stops, ordinals)]}
@@ -117,9 +125,19 @@ class IngestReader(DataSourceStreamReader):
         return [Range(lo[0], hi[0], lo[1] + 1, end["registry"]) for lo, hi in zip(bounds, bounds[1:])]
 
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:
+        router = Router(self.url, self.keys.prefix, self.groups) if self.groups is not None else None
+        for seqs, ids, fields, data in self._entries(partition):
+            if router is None:
+                yield pa.RecordBatch.from_pydict({"seq": seqs, "entry": ids, "field": fields, "data": data,
+                                                  "registry": [partition.registry] * len(ids)}, schema=_ARROW)
+            else:
+                yield _routed(router.route(partition.registry, zip(seqs, ids, fields, data)))
+        if router is not None:
+            yield _routed(router.close(partition.registry))
+
+    def _entries(self, partition: Range) -> Iterator[tuple[list, list, list, list]]:
+        """The partition's entries in chunks: ordinals, ids, fields and payloads."""
         if partition.start == partition.stop:
-            yield pa.RecordBatch.from_pydict({"seq": [], "entry": [], "field": [], "data": [], "registry": []},
-                                             schema=_ARROW)
             return
         client = redis.Redis.from_url(self.url)
         try:
@@ -134,9 +152,7 @@ class IngestReader(DataSourceStreamReader):
                     ids.append(entry_id.decode())
                     fields.append(field.decode("ascii", "replace"))
                     data.append(payload)
-                yield pa.RecordBatch.from_pydict({
-                    "seq": list(range(seq, seq + len(ids))), "entry": ids, "field": fields, "data": data,
-                    "registry": [partition.registry] * len(ids)}, schema=_ARROW)
+                yield list(range(seq, seq + len(ids))), ids, fields, data
                 seq += len(ids)
                 after = ids[-1]
                 if len(entries) < READ_CHUNK:
@@ -150,5 +166,13 @@ class IngestReader(DataSourceStreamReader):
             _client(self.url).xtrim(self.keys.ingest, minid=end["id"], approximate=True)
 
 
+def _routed(rows: list[tuple]) -> pa.RecordBatch:
+    columns = list(zip(*rows)) or [[] for _ in _ROUTED_ARROW.names]
+    return pa.RecordBatch.from_arrays([pa.array(column, type=field.type)
+                                       for column, field in zip(columns, _ROUTED_ARROW)], schema=_ROUTED_ARROW)
+
+
+_ROUTED_ARROW = pa.schema([("qid", pa.string()), ("grp", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()),
+                           ("data", pa.binary()), ("raw", pa.binary()), ("registry", pa.int64())])
 _ARROW = pa.schema([("seq", pa.int64()), ("entry", pa.string()), ("field", pa.string()),
                     ("data", pa.binary()), ("registry", pa.int64())])

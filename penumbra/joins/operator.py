@@ -212,7 +212,8 @@ class JoinOperator(Operator):
         if event.template is not None:
             if event.template not in side.template_index:
                 return f"ts.template: unknown template {event.template!r} for stream {side.params.name!r}"
-            return event.histogram, side.template_index[event.template]
+            ts = event.ts
+            return ts if type(ts) is Histogram else event.histogram, side.template_index[event.template]
         if side.params.template_only:
             return (f"ts: stream {side.params.name!r} declares templates and no pi, so a join reads "
                     f"only template timestamps from it")
@@ -283,15 +284,18 @@ class JoinOperator(Operator):
         self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
         partitions: list[dict] = []
         buffered: list[list[dict]] = [[], []]
-        for key, (new_a, new_b, sequence) in arrivals.items():
-            buffers = self.buffers.setdefault(key, [Rows.empty(), Rows.empty()])
-            rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
-            if self.strategy in ("lazy", "lazy_lookup"):
-                self._join_block(buffers, rows, matches, near)
-            else:
-                self._join_each(buffers, rows, sequence, matches, near)
+        if self.strategy in ("lazy", "lazy_lookup"):
+            blocks = [self._join_keys(arrivals, matches, near)] if arrivals else []
+        else:
+            blocks = []
+            for key, (new_a, new_b, sequence) in arrivals.items():
+                rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
+                self._join_each(self.buffers.setdefault(key, [Rows.empty(), Rows.empty()]), rows, sequence,
+                                matches, near)
+                blocks.append(rows)
+        for rows in blocks:
             if len(partitions) < PARTITION_SAMPLES:
-                partitions.extend(self._partition_sample(buffers, rows, PARTITION_SAMPLES - len(partitions)))
+                partitions.extend(self._partition_sample(rows, PARTITION_SAMPLES - len(partitions)))
             for k in (0, 1):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
@@ -316,15 +320,39 @@ class JoinOperator(Operator):
 
     # --- strategies --------------------------------------------------------------------
 
-    def _join_block(self, buffers: list[Rows], new: list[Rows], matches, near) -> None:
-        """Algorithm 5: new A against all of B (old and new), new B against old A."""
-        old_a = buffers[0]
-        buffers[1] = buffers[1].append(new[1], keep_sorted=True)
-        for base, target, base_is_a in ((new[0], buffers[1], True), (new[1], old_a, False)):
-            certain, uncertain = self._window_pairs(base, target, base_is_a=base_is_a)
+    def _join_keys(self, arrivals: dict[tuple, tuple[list, list, list]], matches, near) -> list[Rows]:
+        """Algorithm 5 for every key of the block at once: new A against all of B (old and
+        new), new B against old A, each event only against partners of its own key.
+
+        The buffers of the block's keys are laid end to end, sorted by (key, max time), so a
+        key's partners are one contiguous slice and one binary search serves every key; the
+        per-key buffers are cut back out at the end. Returns the new rows of A and of B."""
+        keys = list(arrivals)
+        old: list[Rows] = []
+        old_kid: list[np.ndarray] = []
+        new: list[Rows] = []
+        new_kid: list[np.ndarray] = []
+        held = [self.buffers.get(key) or (Rows.empty(), Rows.empty()) for key in keys]
+        for k in (0, 1):
+            parts = [buffers[k] for buffers in held]
+            old.append(Rows.concat(parts))
+            old_kid.append(np.repeat(np.arange(len(keys)), [len(part) for part in parts]))
+            items = [(item, kid) for kid, key in enumerate(keys) for item in arrivals[key][k]]
+            new.append(Rows.build(*zip(*(item for item, _ in items))) if items else Rows.empty())
+            new_kid.append(np.fromiter((kid for _, kid in items), dtype=np.int64, count=len(items)))
+        all_b, kid_b = _merged(old[1], old_kid[1], new[1], new_kid[1])
+        for base, base_kid, target, target_kid, base_is_a in ((new[0], new_kid[0], all_b, kid_b, True),
+                                                              (new[1], new_kid[1], old[0], old_kid[0], False)):
+            certain, uncertain = self._window_pairs(base, target, base_is_a=base_is_a, kids=(base_kid, target_kid))
             self._emit_certain(certain, matches)
             self._probe(uncertain, matches, near)
-        buffers[0] = old_a.append(new[0], keep_sorted=True)
+        all_a, kid_a = _merged(old[0], old_kid[0], new[0], new_kid[0])
+        # each key's buffers as arrays of their own (a slice would keep the whole block alive)
+        cuts = [np.searchsorted(kid, np.arange(len(keys) + 1)).tolist() for kid in (kid_a, kid_b)]
+        for i, key in enumerate(keys):
+            self.buffers[key] = [all_a.take(np.arange(cuts[0][i], cuts[0][i + 1])),
+                                 all_b.take(np.arange(cuts[1][i], cuts[1][i + 1]))]
+        return new
 
     def _join_each(self, buffers: list[Rows], new: list[Rows], sequence, matches, near) -> None:
         """Algorithms 1 and 2: one event at a time, in arrival order."""
@@ -342,18 +370,28 @@ class JoinOperator(Operator):
             self._probe(pairs, matches, near, exhaustive=self.strategy != "eager")
             buffers[k] = buffers[k].append(event, keep_sorted=keep_sorted)
 
-    def _window_pairs(self, base: Rows, target: Rows, *, base_is_a: bool) -> tuple[_Pairs, _Pairs]:
+    def _window_pairs(self, base: Rows, target: Rows, *, base_is_a: bool,
+                      kids: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[_Pairs, _Pairs]:
         """The (base, target) pairs whose probability can be above 0, split into those
         certain to be 1 and the rest. On the target's max time (sorted), with pi_T its
         longest timestamp: above 0 needs ``(min(H_base) - d, max(H_base) + d + pi_T)``
         (outside: the violation range); the satisfaction range of Eq. 6,
         ``[max(H_base) - d + pi_T, min(H_base) + d]``, is 1 for every pair; the two
-        probing ranges between are left for :meth:`_probe`."""
-        pi = target.longest()
-        start = np.searchsorted(target.hi, base.lo - self.d, side="right")
-        stop = np.maximum(np.searchsorted(target.hi, base.hi + self.d + pi, side="left"), start)
-        sr_start = np.clip(np.searchsorted(target.hi, base.hi - self.d + pi, side="left"), start, stop)
-        sr_stop = np.clip(np.searchsorted(target.hi, base.lo + self.d, side="right"), sr_start, stop)
+        probing ranges between are left for :meth:`_probe`.
+
+        ``kids``: the key of every base row and of every target row (the target sorted by
+        key, then max time); each base row then pairs only with its key's slice, and pi_T
+        is that slice's longest timestamp."""
+        if kids is None:
+            pi = target.longest()
+        else:
+            pi = _longest_per_key(target, kids[1], len(base) and int(kids[0].max()) + 1)[kids[0]]
+        start, stop, sr_start, sr_stop = _searches(target.hi, kids, [
+            (base.lo - self.d, "right"), (base.hi + self.d + pi, "left"),
+            (base.hi - self.d + pi, "left"), (base.lo + self.d, "right")])
+        stop = np.maximum(stop, start)
+        sr_start = np.clip(sr_start, start, stop)
+        sr_stop = np.clip(sr_stop, sr_start, stop)
         certain = _range_pairs(sr_start, sr_stop)
         uncertain = [_range_pairs(start, sr_start), _range_pairs(sr_stop, stop)]
         base_index = np.concatenate([u[0] for u in uncertain])
@@ -559,8 +597,8 @@ class JoinOperator(Operator):
             for side in self.sides:
                 if side.stream == stream:
                     admitted = self._admit(side, event)
-                    if not isinstance(admitted, str):
-                        watermark = max(watermark, admitted[0].hi)
+                    if not isinstance(admitted, str) and admitted[0].hi > watermark:
+                        watermark = admitted[0].hi
         return {"watermark": watermark} if watermark > -math.inf else {}
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
@@ -590,7 +628,7 @@ class JoinOperator(Operator):
 
     # --- the dashboard -------------------------------------------------------------------
 
-    def _partition_sample(self, buffers, new: list[Rows], count: int) -> list[dict]:
+    def _partition_sample(self, new: list[Rows], count: int) -> list[dict]:
         """Partition bounds (on the partner's max time) of a few arriving events."""
         out = []
         for k in (0, 1):
@@ -704,6 +742,53 @@ class JoinOperator(Operator):
                             for hi, lo, edges, probs, template, ids in rows]
                       for key, rows in state["buffers"].items()}
         return op
+
+
+def _merged(old: Rows, old_kid: np.ndarray, new: Rows, new_kid: np.ndarray) -> tuple[Rows, np.ndarray]:
+    """``old`` and ``new`` (each with the key of every row; ``old`` sorted by key, then max
+    time) as one set of rows sorted the same way; ties keep old rows first and new ones in
+    arrival order, as :meth:`Rows.append` does within a key."""
+    if not len(new):
+        return old, old_kid
+    rows = Rows.concat([old, new])
+    kid = np.concatenate([old_kid, new_kid])
+    order = np.lexsort((rows.hi, kid))
+    return rows.take(order), kid[order]
+
+
+def _longest_per_key(rows: Rows, kid: np.ndarray, keys: int) -> np.ndarray:
+    """The longest timestamp of each key's rows (0 for a key without any); ``kid`` sorted."""
+    longest = np.zeros(keys)
+    if len(rows) and keys:
+        starts = np.searchsorted(kid, np.arange(keys))
+        stops = np.searchsorted(kid, np.arange(keys), side="right")
+        held = np.flatnonzero(stops > starts)
+        if len(held):
+            longest[held] = np.maximum.reduceat(rows.hi - rows.lo, starts[held])
+    return longest
+
+
+def _searches(hi: np.ndarray, kids: tuple[np.ndarray, np.ndarray] | None,
+              queries: list[tuple[np.ndarray, str]]) -> list[np.ndarray]:
+    """``np.searchsorted(hi, values, side)`` for each query; with ``kids`` (the key of each
+    query value, and of each ``hi``, sorted by key and then value) within the query's key.
+
+    Values and keys are combined into one sortable integer: every value is replaced by
+    its rank among all of them (equal values, equal rank), so ``key * width + rank``
+    orders exactly like (key, value) and a search with either side lands where the
+    search within the key's slice would."""
+    if kids is None:
+        return [np.searchsorted(hi, values, side=side) for values, side in queries]
+    every = np.concatenate([hi] + [values for values, _ in queries])
+    distinct, rank = np.unique(every, return_inverse=True)
+    rank = rank.reshape(-1).astype(np.int64)
+    width = len(distinct) + 1
+    combined = kids[1] * width + rank[:len(hi)]
+    out, at = [], len(hi)
+    for values, side in queries:
+        out.append(np.searchsorted(combined, kids[0] * width + rank[at:at + len(values)], side=side))
+        at += len(values)
+    return out
 
 
 def _range_pairs(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ For an event ``a`` and a partner ``b`` (both histogram timestamps) the join cond
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -22,6 +23,23 @@ from ..probability import stime_table
 from ..timestamps import Histogram
 
 __all__ = ["TemplateTables", "certain_pairs", "void_pairs"]
+
+
+def _spelling(templates: list[Histogram]) -> tuple:
+    """The templates as a hashable value: equal spellings are equal histograms."""
+    return tuple((h.edges.tobytes(), h.probs.tobytes()) for h in templates)
+
+
+@lru_cache(maxsize=256)
+def _built(spelling_a: tuple, spelling_b: tuple, delta: float) -> TemplateTables:
+    templates_a = [Histogram._checked(np.frombuffer(e).copy(), np.frombuffer(p).copy()) for e, p in spelling_a]
+    templates_b = [Histogram._checked(np.frombuffer(e).copy(), np.frombuffer(p).copy()) for e, p in spelling_b]
+    right = stime_table(templates_a, templates_b, delta)
+    left = stime_table(templates_a, templates_b, 1.0 - delta, earliest=True)
+    tables = TemplateTables(delta, right, left, np.array([u.hi for u in templates_a]))
+    for array in (tables.right, tables.left, tables.max_a):
+        array.flags.writeable = False
+    return tables
 
 
 def certain_pairs(lo_a, hi_a, lo_b, hi_b, d: float) -> np.ndarray:
@@ -50,9 +68,10 @@ class TemplateTables:
 
     @classmethod
     def build(cls, templates_a: list[Histogram], templates_b: list[Histogram], delta: float) -> TemplateTables:
-        right = stime_table(templates_a, templates_b, delta)
-        left = stime_table(templates_a, templates_b, 1.0 - delta, earliest=True)
-        return cls(delta, right, left, np.array([u.hi for u in templates_a]))
+        """The tables of these templates at ``delta``; built once per process for the same
+        templates and threshold (an operator restored every micro-batch finds them ready).
+        The tables are shared, so their arrays are read-only."""
+        return _built(_spelling(templates_a), _spelling(templates_b), float(delta))
 
     def decide(self, u: np.ndarray, v: np.ndarray, hi_a: np.ndarray, hi_b: np.ndarray, d: float):
         """Theorem 2 for pairs ``(a |= phi_u, b |= phi_v)``: ``(satisfied, violated)`` masks.

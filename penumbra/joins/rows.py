@@ -43,6 +43,18 @@ class Rows:
         id_array[:] = list(ids)
         return cls(block.hi.copy(), block.lo.copy(), block, np.asarray(templates, dtype=np.int64), id_array)
 
+    @classmethod
+    def concat(cls, parts: Sequence[Rows]) -> Rows:
+        """The rows of ``parts``, one after another."""
+        parts = [part for part in parts if len(part)]
+        if not parts:
+            return cls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return cls(np.concatenate([p.hi for p in parts]), np.concatenate([p.lo for p in parts]),
+                   HistogramBlock.concat([p.block for p in parts]),
+                   np.concatenate([p.template for p in parts]), np.concatenate([p.ids for p in parts]))
+
     def __len__(self) -> int:
         return len(self.hi)
 

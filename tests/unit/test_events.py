@@ -341,14 +341,17 @@ near_events = st.fixed_dictionaries(
      "id": st.sampled_from(["a", "", "x" * 300, 5, None]),
      "ts": st.one_of(st.fixed_dictionaries({"lo": near_numbers, "hi": near_numbers}),
                      st.fixed_dictionaries({"lo": near_numbers, "hi": near_numbers, "pmf": st.just([1.0])}),
-                     st.sampled_from([[0, 1], None, {"lo": 1}, {"lo": 1, "high": 2}]))},
+                     st.fixed_dictionaries({"detected": near_numbers,
+                                            "template": st.sampled_from(["s1", "s2", "S1", "nope", 1, None])}),
+                     st.fixed_dictionaries({"detected": near_numbers, "template": st.just("s1"), "x": st.just(1)}),
+                     st.sampled_from([[0, 1], None, {"lo": 1}, {"lo": 1, "high": 2}, {"detected": 5}]))},
     optional={"attrs": st.one_of(st.dictionaries(st.sampled_from(["v", "w", "bad key", "fresh_name"]), near_scalars,
                                                  max_size=3),
                                  st.sampled_from([[], None, "s", {f"k{n}": n for n in range(MAX_ATTRS + 1)}])),
               "extra": st.just(1)})
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(near_events)
 def test_the_common_shape_reads_as_the_full_checks_read_it(obj):
     """An event of the common shape, or one that just misses it, is accepted or refused (with
@@ -362,7 +365,10 @@ def test_the_common_shape_reads_as_the_full_checks_read_it(obj):
         full = read_with(lambda: parse_event(obj, streams))
     assert fast == full
     if fast[0] == "event":
-        assert type(fast[1].ts) is Interval and type(fast[1].ts.lo) is float
+        ts = fast[1].ts
+        assert type(ts) is Interval and type(ts.lo) is float or type(ts) is Histogram and ts.edges.dtype == float
+        assert (fast[1].template, fast[1].detected) == (full[1].template, full[1].detected)
+        assert type(fast[1].detected) is type(full[1].detected)
 
 
 def test_attributes_of_a_caller_object_are_copied(streams):

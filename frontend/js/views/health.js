@@ -68,7 +68,7 @@ export default {
         ["Lag", health?.lag_seconds !== null && health?.lag_seconds !== undefined
           ? `${duration(health.lag_seconds)} · ${count(health.lag_entries)} entries` : "—", ""],
         ["Ingest stream", `${count(health?.ingest_length)} entries`, ""],
-        ["Input rate", latest ? `${count(latest.input_rate)} rows/s` : "—", ""],
+        ["Input rate", latest ? `${count(latest.input_rate)} events/s` : "—", ""],
       ];
       $("#stats").innerHTML = tiles.map(([k, v, c]) => `<div class="card stat"><div class="k">${k}</div><div class="v ${c}">${esc(v)}</div></div>`).join("");
     }
@@ -88,7 +88,7 @@ export default {
       draw(charts[1], [
         { x, y: series.map((m) => m.input_rate), name: "input", type: "scatter", mode: "lines", line: { color: colours.accent } },
         { x, y: series.map((m) => m.processed_rate), name: "processed", type: "scatter", mode: "lines", line: { color: colours.ok, dash: "dot" } },
-      ], { ...common, ...note, yaxis: { title: { text: "rows/s" }, rangemode: "tozero" } });
+      ], { ...common, ...note, yaxis: { title: { text: "events/s" }, rangemode: "tozero" } });
       draw(charts[2], [{ x, y: series.map((m) => m.lag_seconds ?? null), name: "lag", type: "scatter", mode: "lines",
         line: { color: colours.warn }, hovertemplate: "%{y:,.1f} s<extra></extra>" }],
       { ...common, showlegend: false, yaxis: { title: { text: "seconds" }, rangemode: "tozero" } });

@@ -5,6 +5,7 @@ integration), lateness from a plain replay of the arrival order."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -416,3 +417,67 @@ def test_hypothesis_small_joins_equal_brute_force(case):
         found, late = run(op, events, block)
         assert late == expected_late
         check(found, expected, ambiguous)
+
+
+@pytest.mark.parametrize("strategy", ["lazy", "lazy_lookup"])
+@pytest.mark.parametrize("kind", ["intervals", "templates", "mixed"])
+def test_many_keys_in_one_block_pair_only_within_their_key(strategy, kind):
+    """Blocks holding dozens of keys at once (the block join lays them end to end): each
+    event pairs only with its own key's partners, 1 and 1.0 being one key."""
+    streams, events = workload(zlib.crc32(f"many keys {kind}".encode()) % 1000, kind, n=500, spacing=1.0)
+    rng = np.random.default_rng(zlib.crc32(kind.encode()))
+    values = [f"r{k}" for k in range(12)] + [1, 1.0, 2, 2.5, -0.0, 0]
+    events = [dataclasses.replace(e, attrs={**e.attrs, "region": values[int(rng.integers(0, len(values)))]})
+              for e in events]
+    op = compile_query(QUERY.format(d=16.0, keys="AND A.region = B.region", t=0.3, s=strategy), streams)
+    found, late = {}, set()
+    start = 0
+    while start < len(events):
+        size = int(rng.integers(1, 120))
+        result = op.feed(events[start:start + size])
+        start += size
+        for m in result.matches:
+            pair = (m.events["A"], m.events["B"])
+            assert pair not in found, f"{pair} emitted twice"
+            found[pair] = m.prob
+        late |= {item.event.id for item in result.late}
+    expected, ambiguous, expected_late = brute_force(streams, events, 16.0, lambda _: 0.3, keyed=True)
+    assert late == expected_late
+    assert len(expected) > 50, "the workload has matches"
+    check(found, expected, ambiguous)
+    assert op.counters["evicted"] > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 1.0, 1.5, 2.0, 7.0, -3.0])), max_size=30),
+       st.lists(st.tuples(st.integers(0, 6), st.sampled_from([-4.0, 0.0, 1.0, 1.25, 2.0, 9.0])), max_size=12),
+       st.sampled_from(["left", "right"]))
+def test_a_search_within_keys_lands_where_the_search_within_the_key_slice_does(targets, queries, side):
+    from penumbra.joins.operator import _searches
+
+    targets = sorted(targets)
+    kid_t = np.array([k for k, _ in targets], dtype=np.int64)
+    hi = np.array([v for _, v in targets])
+    kid_q = np.array([k for k, _ in queries], dtype=np.int64)
+    values = np.array([v for _, v in queries])
+    [found] = _searches(hi, (kid_q, kid_t), [(values, side)])
+    for (k, v), at in zip(queries, found.tolist()):
+        start, stop = int(np.searchsorted(kid_t, k, "left")), int(np.searchsorted(kid_t, k, "right"))
+        assert at == start + int(np.searchsorted(hi[start:stop], v, side)), (k, v, side)
+
+
+def test_template_tables_are_built_once_per_process_and_shared_read_only():
+    """An operator restored every micro-batch finds its Theorem 2 tables ready: equal
+    templates at an equal threshold give the same (read-only) tables."""
+    from penumbra.joins.partitions import TemplateTables
+    from penumbra.probability import stime_table
+    from penumbra.timestamps import Histogram
+
+    a = [Histogram([0, 4, 6, 10], [0.2, 0.5, 0.3]), Histogram([0, 8], [1.0])]
+    b = [Histogram([0, 3, 9], [0.7, 0.3])]
+    tables = TemplateTables.build(a, b, 0.6)
+    again = TemplateTables.build([Histogram(h.edges.tolist(), h.probs.tolist()) for h in a], b, 0.6)
+    assert again is tables and TemplateTables.build(a, b, 0.7) is not tables
+    assert not tables.right.flags.writeable and not tables.left.flags.writeable
+    assert np.array_equal(tables.right, stime_table(a, b, 0.6))
+    assert np.array_equal(tables.left, stime_table(a, b, 0.4, earliest=True))

@@ -1,0 +1,72 @@
+"""The router inside the source's read, in a real Redis registry and without Spark: what
+each entry becomes, and the packed blocks a key group receives."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import redis
+
+from penumbra.keygroups import key_hash
+from spark_jobs.routing import CONTROL, Router, unpack
+from spark_jobs.store import Keys, Registry
+
+STREAMS = {"ra": {"max_delay": 5}, "rb": {"max_delay": 5}}
+JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"
+
+
+def event(stream: str, n: int, k, hi: float) -> bytes:
+    return json.dumps({"stream": stream, "id": f"{stream}{n}", "ts": {"lo": hi - 1, "hi": hi},
+                       "attrs": {"k": k}}).encode()
+
+
+def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("pn-routing-test")
+    registry = Registry(client, keys)
+    registry.put_streams(STREAMS)
+    registry.register(JOIN, query_id="j")
+    registry.register(JOIN, query_id="p")
+    registry.update("p", paused=True)
+    version = registry.version()
+    groups = 4
+    good = [event("ra", n, n % 3, 10.0 + n) for n in range(12)] + [event("rb", n, n % 3, 11.0 + n) for n in range(9)]
+    entries = [(100 + i, f"{i}-0", "e", line) for i, line in enumerate(good)]
+    entries += [(200, "200-0", "e", b"{oops"), (201, "201-0", "e", b"\xff\xfe"), (202, "202-0", "x", b"1"),
+                (203, "203-0", "c", json.dumps({"end": ["j", "nobody"]}).encode())]
+    router = Router(redis_server.url, keys.prefix, groups)
+    # two reads of one partition: the router keeps the clocks and end marks of both
+    rows = router.route(version, entries[:10]) + router.route(version, entries[10:])
+    rows += router.close(version)
+    by_kind: dict[str, list] = {}
+    for row in rows:
+        by_kind.setdefault(row[3], []).append(row)
+    rejected = {row[2]: json.loads(row[4])["reason"] for row in by_kind["r"]}
+    assert set(rejected) == {200, 201, 202} and all(row[:2] == CONTROL for row in by_kind["r"])
+    assert "invalid JSON" in rejected[200] and "UTF-8" in rejected[201] and "unknown entry field" in rejected[202]
+    assert [json.loads(row[4])["entry"] for row in by_kind["x"]] == ["203-0"]
+    # each event reached exactly its key's group of the running query, in order, packed
+    expected: dict[int, list[bytes]] = {}
+    for line in good:
+        expected.setdefault(key_hash((json.loads(line)["attrs"]["k"],)) % groups, []).append(line)
+    blocks = by_kind["b"]
+    assert {row[0] for row in blocks} == {"j"}, "a paused query gets no events"
+    got = {group: unpack([row[4] for row in blocks if row[1] == group]) for group in {row[1] for row in blocks}}
+    assert got == expected
+    assert all(row[2] == pickle.loads(row[4])[0][0] for row in blocks), "a block's seq is its first ordinal"
+    # ticks: every group of the running query, with the largest max time and the end mark
+    ticks = {row[1]: json.loads(row[4]) for row in by_kind["t"] if row[0] == "j"}
+    assert sorted(ticks) == list(range(groups))
+    assert all(t == {"clock": {"watermark": 21.0}, "end": True} for t in ticks.values())
+    assert not [row for row in by_kind["t"] if row[0] == "p"]
+    client.delete(*client.keys("pn-routing-test:*"))
+    client.close()
+
+
+def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
+    from spark_jobs.routing import pack
+
+    later, earlier = pack([5, 7], [b"e5", b"e7"]), pack([1, 6], [b"e1", b"e6"])
+    assert unpack([later, earlier]) == [b"e1", b"e5", b"e6", b"e7"]
+    assert unpack([earlier]) == [b"e1", b"e6"]
