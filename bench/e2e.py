@@ -2,11 +2,11 @@
 
 One ``python -m penumbra up`` on a temporary home (its own redis-server, Spark job and
 API on free loopback ports), the intrusion join registered over REST, one websocket
-client subscribed to its matches. At each rate, events are POSTed in batches every 50 ms
+client subscribed to its matches. At each rate, events are POSTed in batches every 25 ms
 (one kept-alive connection, as ``penumbra replay`` does); a match's latency is the time
 its message reaches the client minus the time the POST carrying its later event was
-answered (one clock: this process). p50 and p99 per rate, then the highest rate of a
-ladder whose p99 stays within 2 s; a report with plots in bench/out/e2e{,_quick}.md.
+answered (one clock: this process). p50 and p99 per rate, then a ladder of higher rates
+climbed while p99 stays within 2 s (the highest rate sustained); a report with plots in bench/out/e2e{,_quick}.md.
 
     .venv/bin/python bench/e2e.py                 # 1,000 and 10,000 events/s, 20 s each, then the ladder
     .venv/bin/python bench/e2e.py --quick         # a smoke run: 1,000 events/s for 4 s
@@ -39,7 +39,8 @@ from spark_jobs.redis_server import free_port  # noqa: E402
 
 QUERY_ID = "e2e"
 TARGET_P99 = 2.0
-LADDER = (2_000, 3_000, 4_000, 6_000, 8_000)
+#: rates above the target's, climbed until one misses p99 <= 2 s
+LADDER = (15_000, 20_000, 25_000, 30_000)
 
 
 class Up:
@@ -193,6 +194,8 @@ def main() -> None:
                 report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted): {result['matches']:,} "
                            f"matches, latency p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s, "
                            f"max {result['max_s']:.2f} s")
+                if rate in ladder and (result["p99_s"] > TARGET_P99 or result["achieved_rate"] < 0.95 * rate):
+                    break
         finally:
             if listener:
                 listener.close()
@@ -202,7 +205,8 @@ def main() -> None:
         verdict = "meets" if found["p50_s"] <= 1 and found["p99_s"] <= 2 else "misses"
         report.say(f"at {rate:,} ev/s: p50 {found['p50_s']:.2f} s, p99 {found['p99_s']:.2f} s — {verdict} the "
                    f"target (p50 <= 1 s, p99 <= 2 s at 10,000 ev/s)")
-    sustained = [r["rate"] for r in results if r["p99_s"] <= TARGET_P99]
+    # sustained: posted at the offered rate (within 5 %) and answered within the target
+    sustained = [r["rate"] for r in results if r["p99_s"] <= TARGET_P99 and r["achieved_rate"] >= 0.95 * r["rate"]]
     report.say(f"highest rate measured with p99 <= {TARGET_P99:g} s: "
                f"{max(sustained):,} ev/s" if sustained else f"no rate measured had p99 <= {TARGET_P99:g} s")
 
