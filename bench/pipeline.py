@@ -11,7 +11,8 @@ background detections, arriving out of order within the streams' max delay; the 
    micro-batches that carried them (the first, which warms the Python workers up, apart),
    and where a batch's time goes: Spark's stages (``durationMs``) and, inside the sink,
    the plan's execution (read, route, state) against the Redis writes.
-2. Latency: the events fed at a fixed rate into a running job; a match's latency is the
+2. Latency: the events fed at a fixed rate into a running job (after 5 s of other events at
+   that rate, so the job is warm); a match's latency is the
    time of its result entry minus the ingest time of the later of its two events (both
    Redis stream ids: one clock). p50 and p99 per rate.
 3. Peer: what a Spark user writes without Penumbra, on the same events through the same
@@ -50,6 +51,8 @@ WINDOW, THRESHOLD = 2000, 0.6
 #: the widest template's span: a pair whose detections are further apart cannot be within the window
 SPAN = max(h["edges"][-1] - h["edges"][0] for s in STREAMS.values() for h in s["templates"].values())
 QUERY_ID = "intrusions"
+#: seconds of events fed at a latency run's rate before its figures start
+WARM_SECONDS = 5.0
 
 
 def intrusions(n: int, seed: int = 1, regions: int = 200, spacing: float = 200.0, pairs: float = 0.1) -> list[str]:
@@ -167,22 +170,15 @@ def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
         registry.register(QUERY, query_id=QUERY_ID)
         job = JobProcess(home / "job", server.url, **{**job_settings(100_000), "trigger_seconds": 0}).start()
         try:
-            # warm up every worker with events of an hour before (ids "w-..."), left out of the figures
+            # warm up the workers (and the JVM's compiled code) at the measured rate, with events
+            # of an hour before (ids "w-..."), left out of the figures
             append_events(client, shifted(intrusions(2_000, seed=99), "w", -3_600_000), keys)
+            wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
+            warm = shifted(intrusions(int(rate * WARM_SECONDS), seed=98), "w2", -1_800_000)
+            feed_at(client, keys, warm, rate)
             warmed = wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
-            ingested: dict[str, int] = {}
-            tick = 0.01
             started = time.monotonic()
-            sent = 0
-            while sent < count:
-                due = min(count, int((time.monotonic() - started) * rate) + 1)
-                if due > sent:
-                    chunk = lines[sent:due]
-                    for line, entry in zip(chunk, append_events(client, chunk, keys)):
-                        ingested[json.loads(line)["id"]] = int(entry.split(b"-")[0])
-                    sent = due
-                else:
-                    time.sleep(tick)
+            ingested = feed_at(client, keys, lines[:count], rate)
             feeding = time.monotonic() - started
             wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
         finally:
@@ -190,8 +186,8 @@ def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
         delays = []
         for entry, fields in client.xrange(keys.matches(QUERY_ID)):
             match = json.loads(fields[b"m"])
-            if any(e.startswith("w-") for e in match["events"].values()):
-                continue
+            if not all(e in ingested for e in match["events"].values()):
+                continue  # a warm-up match
             later = max(ingested[e] for e in match["events"].values())
             delays.append(int(entry.split(b"-")[0]) - later)
         batches = [b for b in batch_metrics(client, keys, warmed) if b["rows"]]
@@ -204,6 +200,23 @@ def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
             "lag_max_s": max((b["lag_seconds"] for b in batches), default=0.0),
             "lag_last_s": batches[-1]["lag_seconds"] if batches else 0.0,
             "rows_per_batch_p50": float(np.median([b["rows"] for b in batches]))}
+
+
+def feed_at(client: redis.Redis, keys: Keys, lines: list[str], rate: int) -> dict[str, int]:
+    """Append ``lines`` at ``rate`` events/s; each event's ingest time (ms, from its entry id)."""
+    ingested: dict[str, int] = {}
+    started = time.monotonic()
+    sent = 0
+    while sent < len(lines):
+        due = min(len(lines), int((time.monotonic() - started) * rate) + 1)
+        if due > sent:
+            chunk = lines[sent:due]
+            for line, entry in zip(chunk, append_events(client, chunk, keys)):
+                ingested[json.loads(line)["id"]] = int(entry.split(b"-")[0])
+            sent = due
+        else:
+            time.sleep(0.01)
+    return ingested
 
 
 def peer(lines: list[str], batch_rows: int, home: Path) -> dict:
@@ -347,7 +360,7 @@ def main() -> None:
     parser.add_argument("--batch-rows", type=int, default=100_000, help="the job's own default cap")
     parser.add_argument("--seconds", type=float, default=30.0, help="latency: feeding time per rate")
     parser.add_argument("--rates", default="1000,10000,20000")
-    parser.add_argument("--peer-events", type=int, default=50_000)
+    parser.add_argument("--peer-events", type=int, help="the peer's events (default: --events)")
     parser.add_argument("--quick", action="store_true", help="small figures, a smoke run")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="only a soak at --soak-rate (not for CI)")
     parser.add_argument("--soak-rate", type=int, default=2_000)
@@ -371,6 +384,7 @@ def main() -> None:
         return
     if args.quick:
         args.events, args.batch_rows, args.seconds, args.peer_events, args.rates = 2_000, 500, 3.0, 2_000, "1000"
+    args.peer_events = args.peer_events or args.events
     name = "pipeline_quick" if args.quick else "pipeline"
     report = Report(name, "The Spark pipeline end to end (local[2], Redis on loopback, this 2-core machine)")
     lines = intrusions(max(args.events, args.peer_events, int(max(map(int, args.rates.split(","))) * args.seconds)))
@@ -401,18 +415,24 @@ def main() -> None:
             report.say("latency and peer: not run with --quick (each one more Spark start)")
             plot(report, ours, rated, None, None)
             return
-        # both in five batches or more: the first (workers starting) is left out of each figure
-        peer_rows = max(500, args.peer_events // 5)
-        theirs = peer(lines[:args.peer_events], peer_rows, home / "peer")
-        ours_on_peer = (ours if args.peer_events == args.events and peer_rows == args.batch_rows
-                        else throughput(lines[:args.peer_events], peer_rows, home / "throughput-peer-size"))
-        same = theirs["pairs"] == ours_on_peer["pairs"]
-        report.say(f"peer (Spark stream-stream join + Python UDF), {args.peer_events:,} events in batches of "
-                   f"{peer_rows:,}: "
-                   f"{theirs['events_per_s']:,.0f} events/s after its first batch; Penumbra on the same events "
-                   f"{ours_on_peer['events_per_s']:,.0f} events/s: {ours_on_peer['events_per_s'] / theirs['events_per_s']:.1f}x "
-                   f"(target 10x); matches: peer {theirs['matches']:,}, Penumbra {ours_on_peer['matches']:,}, "
-                   f"the same pairs: {same}")
+        # The peer at two batch caps, since its best is not Penumbra's: this workload packs hours of
+        # event time into one large batch, and a stream-stream join keeps a whole batch in its state
+        # until the watermark moves. Its best figure is the one compared. The first batch (workers
+        # starting) is left out of each figure.
+        peer_events = lines[:args.peer_events]
+        theirs_by_cap = {rows: peer(peer_events, rows, home / f"peer-{rows}")
+                         for rows in sorted({max(500, args.batch_rows // 10), args.batch_rows})}
+        ours_on_peer = (ours if args.peer_events == args.events
+                        else throughput(peer_events, args.batch_rows, home / "throughput-peer-events"))
+        for rows, measured in theirs_by_cap.items():
+            report.say(f"peer (Spark stream-stream join + Python UDF), {len(peer_events):,} events in batches of "
+                       f"{rows:,}: {measured['events_per_s']:,.0f} events/s after its first batch; "
+                       f"{measured['matches']:,} matches, the same pairs as Penumbra's: "
+                       f"{measured['pairs'] == ours_on_peer['pairs']}")
+        theirs = max(theirs_by_cap.values(), key=lambda measured: measured["events_per_s"])
+        report.say(f"Penumbra {ours_on_peer['events_per_s']:,.0f} events/s (batches of {args.batch_rows:,}) against "
+                   f"the peer's best {theirs['events_per_s']:,.0f}: "
+                   f"{ours_on_peer['events_per_s'] / theirs['events_per_s']:.1f}x (target 10x)")
     plot(report, ours, rated, theirs, ours_on_peer)
 
 
