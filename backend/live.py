@@ -56,6 +56,9 @@ CLOSE_UNAVAILABLE = 1013    # Redis unavailable: try again later
 
 #: Entries per XREAD / XRANGE round trip.
 READ_COUNT = 500
+#: Connections of the process's live feed to Redis, and the seconds a call may wait for one.
+REDIS_CONNECTIONS = 64
+REDIS_POOL_WAIT = 30.0
 
 _CURSOR = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 _LIMIT = 2 ** 64
@@ -235,8 +238,11 @@ class Hub:
 
     async def start(self) -> None:
         settings = self.settings
-        self.redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout,
-                                             socket_connect_timeout=settings.redis_timeout)
+        # a burst of clients subscribing at once waits for a free connection; a pool that
+        # refused (redis-py's default beyond 100) would tell them Redis is unavailable
+        self.redis = aioredis.Redis.from_pool(aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT,
+            socket_timeout=settings.redis_timeout, socket_connect_timeout=settings.redis_timeout))
         self.wake = asyncio.Event()
         self.tasks = [asyncio.create_task(self._listen(), name="live-listener"),
                       asyncio.create_task(self._read(), name="live-reader")]

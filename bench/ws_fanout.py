@@ -88,8 +88,12 @@ async def _client(connect, url, query, compression, ready, ids, delays) -> None:
                        ping_interval=None) as ws:
         await ws.send(orjson.dumps({"token": TOKEN}).decode())
         await ws.send(orjson.dumps({"type": "subscribe", "queries": [query], "kinds": ["matches"]}).decode())
-        while orjson.loads(await ws.recv())["type"] != "subscribed":
-            pass
+        while True:
+            reply = orjson.loads(await asyncio.wait_for(ws.recv(), 60))
+            if reply["type"] == "subscribed":
+                break
+            if reply["type"] == "error":
+                raise RuntimeError(f"subscription refused: {reply.get('message')}")
         ready.set()
         while True:
             text = await ws.recv()
@@ -110,7 +114,7 @@ async def measure(api: ApiServer, redis_url: str, query: str, clients: int, rate
     for n in range(clients):  # connect in groups of 100
         tasks.append(asyncio.create_task(client_run(api.ws_url, query, offered, ready[n], *got[n])))
         if n % 100 == 99 or n == clients - 1:
-            await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready[n - n % 100:n + 1])), 120)
+            await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready[n - n % 100:n + 1])), 300)
     connect_seconds = time.perf_counter() - started
 
     written = await asyncio.get_running_loop().run_in_executor(
@@ -122,7 +126,11 @@ async def measure(api: ApiServer, redis_url: str, query: str, clients: int, rate
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 
-    failed = sum(1 for task in tasks if task.done() and not task.cancelled() and task.exception() is not None)
+    errors = [task.exception() for task in tasks
+              if task.done() and not task.cancelled() and task.exception() is not None]
+    failed = len(errors)
+    for reason in sorted({f"{type(e).__name__}: {e}" for e in errors})[:5]:
+        print(f"  a client failed: {reason}", file=sys.stderr)
     complete = sum(1 for ids, _ in got if ids == written)
     in_order = sum(1 for ids, _ in got if ids == written[:len(ids)])
     delays = np.concatenate([np.array(d) for _, d in got if d]) if any(d for _, d in got) else np.array([])

@@ -256,6 +256,9 @@ def test_one_since_for_every_feed_and_latest_snapshots(live_url, tokens, store, 
     query_id, _, _ = join_query
     ids = write_batch(store, keys, 1, {query_id: [match(n) for n in range(4)]},
                       {query_id: {"partitions": {"lpr": 1}}})[query_id]
+    # one since for every feed compares a match id with ids of the observations' stream, which
+    # only milliseconds order: the next batch comes a millisecond later at least, as the job's do
+    time.sleep(0.005)
     write_batch(store, keys, 2, {}, {query_id: {"partitions": {"lpr": 2}}})
 
     async def scenario():
@@ -375,3 +378,25 @@ def test_a_slow_client_does_not_delay_a_fast_one_and_is_closed_to_resume(live_ur
     assert code == 4008
     assert len(first_part) < len(written)
     assert first_part + rest == written
+
+
+def test_a_burst_beyond_the_redis_pool_waits_for_connections(settings):
+    """Many clients subscribing at once share the process's Redis connections: a call
+    beyond them waits for one to be free, rather than telling its client that Redis is
+    unavailable (what redis-py's default pool answers beyond 100 connections)."""
+    from backend.deps import Service
+    from backend.live import REDIS_CONNECTIONS, Hub
+
+    async def burst():
+        hub = Hub(Service.connect(settings))
+        await hub.start()
+        try:
+            empty = unique("empty-list")
+            # BLPOP on an empty list holds its connection for its timeout, without loading Redis
+            calls = [hub.redis.blpop([empty], timeout=0.2) for _ in range(2 * REDIS_CONNECTIONS + 10)]
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await hub.stop()
+
+    results = run(burst(), 60)
+    assert [r for r in results if r is not None] == []
