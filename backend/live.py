@@ -230,6 +230,8 @@ class Hub:
         #: the registry's query ids (for subscriptions to every query) and its version
         self.queries: dict[str, dict] = {}
         self.version: int | None = None
+        #: where the reader stands in ``pn:alarm-actions`` (None: not read yet; it starts at the end)
+        self.actions: Cursor | None = None
         self.wake = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
         self.refreshing: set[asyncio.Task] = set()
@@ -544,17 +546,28 @@ class Hub:
                 await asyncio.sleep(1.0)
 
     async def _read_once(self) -> bool:
-        """One XREAD of every stream some live feed reads; True when there may be more."""
+        """One XREAD of every stream some live feed reads, and of the alarm actions; True
+        when there may be more."""
         request = dict(self.positions)
         if not request:
             return False
-        found = await self.redis.xread({s: _text(c) for s, c in request.items()}, count=READ_COUNT)
+        if self.actions is None:
+            latest = await self.redis.xrevrange(self.keys.alarm_actions, count=1)
+            self.actions = _cursor(latest[0][0]) if latest else ZERO
+        wanted = {s: _text(c) for s, c in request.items()}
+        wanted[self.keys.alarm_actions] = _text(self.actions)
+        found = await self.redis.xread(wanted, count=READ_COUNT)
         if not found:
             return False
         entries = {stream.decode(): items for stream, items in found}
+        acted = entries.pop(self.keys.alarm_actions, [])
+        # an action's new state goes to the query's alarm feeds, unless its new matches carry it
+        acted_on = {q for q in {fields[b"q"].decode() for _, fields in acted if b"q" in fields}
+                    if self.keys.matches(q) not in entries}
         alarm_queries = {f.query for s in entries for f in self.feeds.get(s, ()) if f.kind == "alarms" and f.live}
+        alarm_queries |= {q for q in acted_on if self._alarm_feeds(q)}
         alarms = await self._alarms(alarm_queries) if alarm_queries else {}
-        more = False
+        more = len(acted) == READ_COUNT
         # from here to the end, no await: positions and cursors move together
         for stream, items in entries.items():
             if self.positions.get(stream) != request[stream]:
@@ -562,7 +575,16 @@ class Hub:
             more = more or len(items) == READ_COUNT
             self._hand_out(stream, items, alarms)
             self.positions[stream] = _cursor(items[-1][0])
+        if acted:
+            self.actions = _cursor(acted[-1][0])
+            for query in acted_on:
+                text = alarms.get(query)
+                for feed in self._alarm_feeds(query) if text is not None else ():
+                    feed.client.put(text)
         return more
+
+    def _alarm_feeds(self, query: str) -> list[Feed]:
+        return [f for f in self.feeds.get(self.keys.matches(query), ()) if f.kind == "alarms" and f.live]
 
     def _hand_out(self, stream: str, items: list, alarms: dict[str, str]) -> None:
         last = _cursor(items[-1][0])

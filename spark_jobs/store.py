@@ -64,6 +64,10 @@ class Keys:
     def audit(self) -> str:
         return f"{self.prefix}:audit"
 
+    @property
+    def alarm_actions(self) -> str:
+        return f"{self.prefix}:alarm-actions"
+
     def matches(self, query: str) -> str:
         return f"{self.prefix}:out:matches:{query}"
 

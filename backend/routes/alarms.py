@@ -5,7 +5,8 @@ until someone acknowledges it (``acknowledged``), silences it until a time
 (``silenced``; afterwards ``new`` again if matches came meanwhile, else
 ``acknowledged``) or resolves it (``resolved``; the next match opens a new alarm). The
 state lives in ``pn:alarms:<qid>``; counts come from the match stream's ``entries-added``
-(exact, also when the capped stream was trimmed). Every action is audited.
+(exact, also when the capped stream was trimmed). Every action is audited, and noted in
+``pn:alarm-actions`` with a PUBLISH on ``pn:live``, so live feeds send the new state at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from ..models import AlarmList, AlarmOut, SilenceIn
 from . import errors
 
 router = APIRouter(prefix="/alarms", tags=["alarms"])
+
+#: Alarm actions kept in ``pn:alarm-actions`` for the live feeds to read (MAXLEN ~).
+ACTIONS_MAXLEN = 10_000
 
 
 def _matches_info(service: Service, query_id: str) -> tuple[int, str | None, float | None]:
@@ -75,7 +79,13 @@ def _act(service: Service, entry: dict, who: str, action: str, **fields) -> dict
     mapping = {"state": action, "by": who, "at": now, "acted_added": added, **fields}
     if action == "resolved":
         mapping.update(added=added, cursor=last or "0-0")
-    service.redis.hset(service.keys.alarms(entry["id"]), mapping=mapping)
+    # the state and its notice together: every API process's live feed sends the new state
+    pipe = service.redis.pipeline(transaction=True)
+    pipe.hset(service.keys.alarms(entry["id"]), mapping=mapping)
+    pipe.xadd(service.keys.alarm_actions, {"q": entry["id"], "action": action}, maxlen=ACTIONS_MAXLEN,
+              approximate=True)
+    pipe.publish(service.keys.live, json.dumps({"alarm": entry["id"]}))
+    pipe.execute()
     service.audit(who, f"alarm.{action}", entry["id"], {k: v for k, v in fields.items()} or None)
     return alarm(service, entry, now)
 

@@ -179,6 +179,43 @@ def test_matches_alarms_and_observations_as_written(live_url, tokens, store, key
     assert buffers["data"]["value"]["watermark"] == 7.5
 
 
+def test_alarm_actions_reach_alarm_feeds_at_once(api_server, live_url, tokens, store, keys, join_query):
+    """Acknowledge, silence and resolve over REST: a client of the query's alarms gets each
+    new state as it happens, with no new match (also when the job's observations of the
+    query land meanwhile), as GET /api/alarms/{id} has it; a client of its matches gets none."""
+    import httpx
+
+    query_id, _, _ = join_query
+    ids = write_batch(store, keys, 1, {query_id: [match(0)]})[query_id]
+    headers = {"Authorization": f"Bearer {tokens['analyst']}"}
+    actions = [("acknowledge", None, "acknowledged"), ("silence", {"until": time.time() + 600}, "silenced"),
+               ("resolve", None, "resolved")]
+
+    async def scenario():
+        alarms = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["alarms"])
+        matches = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["matches"])
+        first = await next_of(alarms, "alarms")
+        seen, answers = [], []
+        async with httpx.AsyncClient(base_url=api_server.url, headers=headers, timeout=10) as rest:
+            for n, (action, body, _) in enumerate(actions):
+                answer = await rest.post(f"/api/alarms/{query_id}/{action}", json=body)
+                assert answer.status_code == 200, answer.text
+                answers.append(answer.json())
+                write_batch(store, keys, 2 + n, {}, {query_id: {"buffers": {"A": n}}})
+                seen.append(await next_of(alarms, "alarms"))
+        stray = await drain(matches)
+        await alarms.close()
+        await matches.close()
+        return first, seen, answers, stray
+
+    first, seen, answers, stray = run(scenario())
+    assert first["data"]["state"] == "new"
+    assert [m["data"]["state"] for m in seen] == [state for _, _, state in actions]
+    assert [m["data"] for m in seen] == answers
+    assert all(m["id"] == ids[-1] for m in seen), "an action moves no match cursor"
+    assert stray == []
+
+
 def test_changing_the_subscription(live_url, tokens, store, keys, client, as_role):
     def register() -> str:
         answer = client.post("/api/queries", json={"text": JOIN.format(a=unique("LA"), b=unique("LB")),
