@@ -300,11 +300,12 @@ def soak(rate: int, minutes: float, home: Path, report: Report) -> list[dict]:
         registry = Registry(client, keys)
         registry.put_streams(STREAMS)
         registry.register(QUERY, query_id=QUERY_ID)
-        job = JobProcess(home / "job", server.url, **job_settings(100_000)).start()
+        # the job's own settings (trigger, batch cap, capped result streams), as in production
+        job = JobProcess(home / "job", server.url).start()
         try:
             wait_for_mark(client, end_of_input(client, [], keys), job, 600, keys)
-            report.say(f"soak: {rate:,} events/s for {minutes:g} min")
-            report.say("minute  fed        lag max s  batch p50 ms  batch max ms  state MB  job RSS MB  matches")
+            report.say(f"soak: {rate:,} events/s for {minutes:g} min, the job's default settings")
+            report.say("minute  fed        lag max s  batch p50 ms  batch max ms  state MB  job RSS MB  Redis MB  matches")
             started, sent, round_, queue, minute, seen, rows = time.monotonic(), 0, 0, [], 0, "0-0", []
             while minute < minutes:
                 due = int((time.monotonic() - started) * rate)
@@ -323,11 +324,12 @@ def soak(rate: int, minutes: float, home: Path, report: Report) -> list[dict]:
                     row = {"minute": minute, "fed": sent, "lag_s": max((b["lag_seconds"] for b in batches), default=0),
                            "batch_p50_ms": float(np.median(durations)), "batch_max_ms": max(durations),
                            "state_mb": last.get("state_bytes", 0) / 1e6, "rss_mb": _group_rss_mb(job.process.pid),
+                           "redis_mb": int(client.info("memory")["used_memory"]) / 1e6,
                            "matches": last.get("matches_total", 0)}
                     rows.append(row)
                     report.say(f"{minute:>6}  {sent:>9,}  {row['lag_s']:>9.2f}  {row['batch_p50_ms']:>12,.0f}  "
                                f"{row['batch_max_ms']:>12,}  {row['state_mb']:>8.1f}  {row['rss_mb']:>10,.0f}  "
-                               f"{row['matches']:>7,}")
+                               f"{row['redis_mb']:>8.1f}  {row['matches']:>7,}")
                 time.sleep(0.01)
         finally:
             job.stop()
@@ -378,6 +380,7 @@ def main() -> None:
         lag.set(title="largest lag behind the ingest stream", xlabel="minute", ylabel="seconds")
         memory.plot(minutes, [r["rss_mb"] for r in rows], marker=".", label="job processes, RSS")
         memory.plot(minutes, [r["state_mb"] for r in rows], marker=".", label="state store")
+        memory.plot(minutes, [r["redis_mb"] for r in rows], marker=".", label="Redis used memory")
         memory.set(title="memory", xlabel="minute", ylabel="MB")
         memory.legend()
         report.save(figure)
