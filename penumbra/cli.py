@@ -276,7 +276,7 @@ def _setup(args: argparse.Namespace, sc) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from . import scenarios
-    from .feed import FeedError, Pace, Progress
+    from .feed import FeedError, Pace, Progress, send
 
     sc = scenarios.scenario(args.scenario)
     for option in ("rate", "duration"):
@@ -315,8 +315,6 @@ def _simulate(args: argparse.Namespace) -> int:
                 progress = Progress(f"{args.scenario} round {rounds + 1}" if args.forever else args.scenario,
                                     None if args.forever else len(sim.events))
                 schedule = ((float(due), json.dumps(e).encode()) for due, e in zip(sim.arrivals, sim.events))
-                from .feed import send
-
                 tally = send(sink, schedule, Pace(args.speed), progress, args.batch, stop)
                 total += tally.sent
                 rounds += 1

@@ -200,11 +200,10 @@ def _draw_cluster(rng: np.random.Generator, rate: float, duration: float) -> Sim
     horizon = int(duration * 10)
     samples = NODES * max(1, horizon // CPU_PERIOD)
     tasks = max(0, int(rng.poisson(max(rate * duration - samples, 0) / 2)))
-    rows: list[tuple[float, str, str, int, int, dict]] = []  # (arrival, stream, kind, true, lo, attrs)
+    rows: list[tuple[float, str, int, int, int, dict]] = []  # (arrival, stream, true, lo, width, attrs)
     start = rng.integers(0, max(horizon, 1), tasks)
     length = rng.integers(20, 200, tasks)  # 2-20 s
     node = rng.integers(0, NODES, tasks)
-    starts, finishes = [], []
     for task in range(tasks):
         for stream, true in (("TaskStart", start[task]), ("TaskFinish", start[task] + length[task])):
             if true >= horizon:

@@ -102,8 +102,8 @@ class Job:
                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.read_partitions).load())
         results = routed.groupBy("qid", "grp").transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
-        sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen)
-        self.listener = _Metrics(url, keys, sink)
+        sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen)
+        self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
                   .option("checkpointLocation", str(settings.checkpoint_dir / "spark")))
@@ -143,14 +143,16 @@ class Job:
 
 
 class _Metrics(StreamingQueryListener):
-    """Each micro-batch's progress into ``pn:metrics`` and the log: ingest entries read
-    (``rows``; Spark's own count is of routed rows, a few per key group), duration, rates, lag behind the ingest stream (entries and seconds), state size, and the
-    running totals of matches, rejected and late events."""
+    """Each micro-batch's progress into ``pn:metrics`` (at most ``maxlen`` reports) and the
+    log: ingest entries read (``rows``; Spark's own count is of routed rows, a few per key
+    group), duration, rates, lag behind the ingest stream (entries and seconds), state
+    size, and the running totals of matches, rejected and late events."""
 
-    def __init__(self, url: str, keys: Keys, sink: Sink):
+    def __init__(self, url: str, keys: Keys, sink: Sink, maxlen: int):
         self.client = redis.Redis.from_url(url)
         self.sink = sink
         self.keys = keys
+        self.maxlen = maxlen
         self.last: dict = {}
 
     def onQueryStarted(self, event) -> None:
@@ -189,7 +191,7 @@ class _Metrics(StreamingQueryListener):
                 "sink_ms": self.sink.timings.pop(progress.batchId, {})}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=100_000, approximate=True)
+            pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=self.maxlen, approximate=True)
             pipe.publish(self.keys.live, json.dumps({"metrics": metrics}))
             pipe.execute()
             log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,

@@ -37,7 +37,10 @@ class JobSettings(BaseSettings):
     shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions (small on one machine)")
     key_groups: int = Field(0, ge=0, description="key groups per query (0: twice the shuffle partitions)")
     read_partitions: int = Field(1, ge=1, description="tasks reading and routing one micro-batch")
-    result_maxlen: int = Field(100_000, ge=1, description="entries kept in each result stream (MAXLEN ~)")
+    result_maxlen: int = Field(100_000, ge=1, description="matches kept in each query's result stream (MAXLEN ~)")
+    obs_maxlen: int = Field(2_000, ge=1, description=(
+        "micro-batches of observations kept per query (each some KB; the service reads at most 1,000)"))
+    metrics_maxlen: int = Field(10_000, ge=1, description="progress reports kept in pn:metrics")
     dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
 
     @property

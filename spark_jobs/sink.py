@@ -24,7 +24,7 @@ import redis
 
 from penumbra.keyed import PER_BLOCK, combine, state_part
 
-from .store import Keys
+from .store import Keys, dead_raw
 
 __all__ = ["Sink"]
 
@@ -35,9 +35,9 @@ class Sink:
     """``writeStream.foreachBatch(Sink(...))``; ``job`` names the checkpoint whose batch
     ids the marker counts (a new checkpoint starts again from batch 0)."""
 
-    def __init__(self, url: str, keys: Keys, job: str, result_maxlen: int, dead_maxlen: int):
+    def __init__(self, url: str, keys: Keys, job: str, result_maxlen: int, dead_maxlen: int, obs_maxlen: int):
         self.url, self.keys, self.job = url, keys, job
-        self.result_maxlen, self.dead_maxlen = result_maxlen, dead_maxlen
+        self.result_maxlen, self.dead_maxlen, self.obs_maxlen = result_maxlen, dead_maxlen, obs_maxlen
         self._client: redis.Redis | None = None
         #: per batch id, milliseconds of the plan's execution (read, route, state) and of the
         #: Redis writes; the metrics listener takes them (the last few are kept)
@@ -82,7 +82,7 @@ class Sink:
             elif kind == "r":
                 rejected = json.loads(data)
                 dead.append({"kind": "rejected", "entry": rejected["entry"], "reason": rejected["reason"],
-                             "raw": raw if raw is not None else b"", "at": now})
+                             **dead_raw(raw if raw is not None else b""), "at": now})
             elif kind == "x":
                 ended.append(json.loads(data)["entry"])
         kept = {query: {int(g): json.loads(v) for g, v in client.hgetall(keys.groups(query)).items()}
@@ -101,7 +101,7 @@ class Sink:
             record.update(groups=len(groups), ran=len(by_group),
                           snapshot_bytes=sum(g.get("snapshot_bytes", 0) for g in groups.values()))
             pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch_id},
-                      maxlen=self.result_maxlen, approximate=True)
+                      maxlen=self.obs_maxlen, approximate=True)
             pipe.hset(keys.groups(query), mapping={g: json.dumps(v) for g, v in groups.items()})
         for query, by_group in states.items():
             gone = [g for g, info in by_group.items() if info is None]

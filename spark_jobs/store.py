@@ -24,7 +24,7 @@ from penumbra.events import parse_streams
 from penumbra.operator import Operator
 from penumbra.query import parse
 
-__all__ = ["Keys", "Registry", "RegistryError", "append_events", "end_of_input"]
+__all__ = ["DEAD_RAW_BYTES", "Keys", "Registry", "RegistryError", "append_events", "dead_raw", "end_of_input"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
 #: version it was planned with).
@@ -33,6 +33,21 @@ VERSION_RETENTION_SECONDS = 7 * 24 * 3600
 TOMBSTONE_SECONDS = 24 * 3600
 #: Entries per pipelined round trip when appending to a stream.
 PIPELINE_CHUNK = 2000
+#: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
+#: huge entries cannot fill Redis, whose dead-letter stream is capped by count.
+DEAD_RAW_BYTES = 8192
+
+
+def dead_raw(raw: bytes) -> dict[str, bytes | int]:
+    """A dead letter's ``raw``: the entry as it came, cut to :data:`DEAD_RAW_BYTES` (then
+    with ``raw_bytes``, its whole length).
+
+    >>> dead_raw(b"{oops"), dead_raw(b"x" * 9000)["raw_bytes"]
+    ({'raw': b'{oops'}, 9000)
+    """
+    if len(raw) <= DEAD_RAW_BYTES:
+        return {"raw": raw}
+    return {"raw": raw[:DEAD_RAW_BYTES], "raw_bytes": len(raw)}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def demo(tmp_path_factory):
 def browser():
     """Debian's Chromium driven by Playwright, one per session (Playwright's sync API runs
     one instance per thread): the dashboard tests of tests/web/ and tests/e2e/ share it."""
-    from tests.web.conftest import BROWSER_ARGS, CHROMIUM, sync_api
+    from tests.browser import BROWSER_ARGS, CHROMIUM, sync_api
 
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)

@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from penumbra.errors import ValidationError
 from penumbra.events import loads, parse_events
+from spark_jobs.store import dead_raw
 
 from ..deps import AnalystDep, Service, ServiceDep
 from ..errors import ApiError
@@ -73,7 +74,7 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
         if index not in bad:
             pipe.xadd(keys.ingest, {"e": encode(item)})
     for index, error in rejected:
-        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), "raw": encode(items[index]),
+        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), **dead_raw(encode(items[index])),
                               "at": now, "source": "api", "who": who.label, "index": index},
                   maxlen=service.settings.dead_maxlen, approximate=True)
     if rejected:

@@ -25,7 +25,7 @@ from penumbra.events import parse_event, parse_streams
 from tests.demo import ALARM_TIMEOUT, KEYS, matches_of, wait
 from tests.oracle import p_geq_float
 from tests.system.conftest import ROOT, bearer, http
-from tests.web.conftest import WAIT_MS, Tab, sync_api, wait_until
+from tests.browser import WAIT_MS, Tab, sync_api, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -108,6 +108,24 @@ def test_single_invalid_event_is_422_and_dead_lettered(client, as_role, store, k
     assert json.loads(dead[1][b"raw"]) == bad
 
 
+def test_a_huge_invalid_event_keeps_its_first_bytes_and_length_in_the_dead_letter(client, as_role, store, keys):
+    """A dead letter holds the reason and the event's first DEAD_RAW_BYTES (with its whole
+    length): a flood of large rejects cannot fill Redis; the valid event beside it goes in."""
+    from spark_jobs.store import DEAD_RAW_BYTES
+
+    stream = unique("S")
+    dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
+    huge = event(stream, 1, note="n" * 50_000)
+    answer = client.post("/api/events", json=[huge, event(stream, 2)], headers=as_role("analyst"))
+    assert answer.status_code == 202 and answer.json()["accepted"] == 1
+    (dead,) = store.xrange(keys.dead, f"({dead_mark}", "+")
+    fields = dead[1]
+    sent = json.dumps(huge, separators=(",", ":")).encode()
+    assert b"attrs.note" in fields[b"reason"] and b"too long" in fields[b"reason"]
+    assert fields[b"raw"] == sent[:DEAD_RAW_BYTES] and int(fields[b"raw_bytes"]) == len(sent)
+    assert ingested_after(store, keys, mark) == [event(stream, 2)]
+
+
 @pytest.mark.parametrize("body, status", [
     (b'[{"stream": "A", "id": "a", "ts": {"lo": 1, "hi": 2}}', 400),     # cut short
     (b'{"stream": "A", "id": "a", "ts": {"lo": NaN, "hi": 2}}', 400),

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from .conftest import JOIN, LIVE_QUEUE as QUEUE, unique, write_batch
+from .conftest import JOIN, unique, write_batch
 
 
 @pytest.fixture(scope="session")
@@ -363,7 +363,7 @@ def test_bad_messages_are_answered_and_the_feed_goes_on(live_url, tokens, store,
 
 def test_a_slow_client_does_not_delay_a_fast_one_and_is_closed_to_resume(live_url, tokens, store, keys, join_query):
     """The slow client subscribes and stops reading; 8 KB matches fill its socket and its
-    queue of QUEUE messages, so it is closed with 4008, while the fast one gets each match
+    queue of LIVE_QUEUE messages (conftest), so it is closed with 4008, while the fast one gets each match
     within a bounded delay. Then the slow one resumes from its last cursor."""
     query_id, _, _ = join_query
     stream = keys.matches(query_id)

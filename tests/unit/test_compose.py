@@ -7,7 +7,6 @@ against a local standalone cluster."""
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
 
 import pytest

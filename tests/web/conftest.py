@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,34 +22,15 @@ import httpx
 import pytest
 
 from spark_jobs.redis_server import free_port
+from tests.browser import CHROMIUM, WAIT_MS, Tab, sync_api
 from tests.service.conftest import (ADMIN_TOKEN, keys, redis_server, store, unique,  # noqa: F401 - fixtures reused
                                     write_batch)
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
-
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "var" / "test-artifacts" / "web"
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run"]
-#: Playwright's waits, milliseconds (a shared two-core machine is slow at times).
-WAIT_MS = 15_000
 
 if not CHROMIUM.exists():
     pytest.skip("Debian's chromium is not installed (scripts/system-deps.sh installs it)", allow_module_level=True)
-
-
-def wait_until(page, expression: str, timeout: float = WAIT_MS / 1000):
-    """Polls a JavaScript expression until it is truthy. (Playwright's wait_for_function
-    evaluates its predicate with eval inside the page, which the dashboard's
-    Content-Security-Policy forbids; page.evaluate goes through the debugger instead.)"""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = page.evaluate(expression)
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"still false after {timeout:g} s: {expression}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
@@ -97,45 +77,6 @@ def api(base_url):
     client.as_ = lambda role: {"Authorization": f"Bearer {tokens[role]}"}
     yield client
     client.close()
-
-
-class Tab:
-    """A page with what it logged: console errors, uncaught exceptions, foreign requests."""
-
-    def __init__(self, page, base_url: str):
-        self.page = page
-        self.base_url = base_url
-        self.errors: list[str] = []
-        self.foreign: list[str] = []
-        self.allowed: list[re.Pattern] = []
-        origin = base_url.split("://", 1)[1]
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
-        page.on("request", lambda r: None if r.url.split("://", 1)[-1].startswith(origin)
-                or r.url.startswith(("data:", "blob:")) else self.foreign.append(r.url))
-        page.on("websocket", lambda ws: None if ws.url.split("://", 1)[-1].startswith(origin)
-                else self.foreign.append(ws.url))
-
-    def allow(self, pattern: str) -> None:
-        """A console error this test provokes on purpose (a refused token)."""
-        self.allowed.append(re.compile(pattern))
-
-    def open(self, view: str = "alarms") -> None:
-        self.page.goto(f"{self.base_url}/#/{view}")
-
-    def sign_in(self, token: str, view: str = "alarms") -> None:
-        self.open(view)
-        self.page.fill("#token", token)
-        self.page.click("#signin-form button[type=submit]")
-        self.page.wait_for_selector("#shell:not([hidden])")
-        self.page.wait_for_selector('#connection[data-state="live"]')
-
-    def unexpected_errors(self) -> list[str]:
-        return [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
-
-    def assert_clean(self) -> None:
-        assert not self.unexpected_errors(), self.unexpected_errors()
-        assert not self.foreign, f"requests left the app's origin: {self.foreign}"
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from .conftest import WAIT_MS, unique, wait_until, write_batch
+from tests.browser import WAIT_MS, wait_until
+
+from .conftest import unique, write_batch
 
 VIEWS = ("alarms", "queries", "tuner", "inspector", "health")
 
