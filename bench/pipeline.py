@@ -10,7 +10,9 @@ background detections, arriving out of order within the streams' max delay; the 
 1. Throughput: N events wait in the ingest stream, then the job starts. Events/s over the
    micro-batches that carried them (the first, which warms the Python workers up, apart),
    and where a batch's time goes: Spark's stages (``durationMs``) and, inside the sink,
-   the plan's execution (read, route, state) against the Redis writes.
+   the plan's execution (read, route, state) against the Redis writes. The same for the
+   shoplifting workload of the lossy-CEP benchmarks (``SEQUENCE(Shelf x, !Counter y, Exit z)``
+   over 10,000 tags, bench/lossy_workload.py).
 2. Latency: the events fed at a fixed rate into a running job (after 5 s of other events at
    that rate, so the job is warm); a match's latency is the
    time of its result entry minus the ingest time of the later of its two events (both
@@ -100,35 +102,49 @@ def batch_metrics(client: redis.Redis, keys: Keys, after: str = "-") -> list[dic
     return [json.loads(fields[b"metrics"]) for _, fields in client.xrange(keys.metrics, start, "+")]
 
 
-def core_alone(lines: list[str], batch_rows: int) -> float:
-    """Events/s of the core on one core: parse and join the same events in blocks, no Spark, no Redis."""
+def core_alone(lines: list[str], batch_rows: int, streams: dict = STREAMS, query: str = QUERY) -> float:
+    """Events/s of the core on one core: parse and run the query over the same events in
+    blocks, no Spark, no Redis."""
     from penumbra.engine import build_operator
     from penumbra.events import parse_events, parse_streams
     from penumbra.query import parse
 
-    streams = parse_streams(STREAMS)
-    operator = build_operator(parse(QUERY), streams)
+    parsed = parse_streams(streams)
+    operator = build_operator(parse(query), parsed)
     started = time.perf_counter()
     for first in range(0, len(lines), batch_rows):
-        events, _ = parse_events(lines[first:first + batch_rows], streams)
+        events, _ = parse_events(lines[first:first + batch_rows], parsed)
         operator.feed(events)
     operator.flush()
     return len(lines) / (time.perf_counter() - started)
 
 
-def pairs_of(client: redis.Redis, keys: Keys) -> set[tuple[str, str]]:
-    return {(m["events"]["A"], m["events"]["B"])
+def shoplifting(visits: int) -> tuple[list[str], dict, str]:
+    """The lossy benchmarks' shoplifting workload (bench/lossy_workload.py: 10,000 tags,
+    every reader missing a read in ten, W = 600 with the gap densities fixed in the query):
+    its events as JSON lines in time order, its streams and its query."""
+    from bench.lossy_workload import FIXED_GAPS, QUERY as SEQUENCE, shop
+    from penumbra.events import event_to_json
+
+    lines = [json.dumps(event_to_json(e)) for e in shop(10_000, visits)]
+    streams = {reader: {"miss_prob": 0.1} for reader in ("shelf", "counter", "exit")}
+    return lines, streams, SEQUENCE.format(gaps=FIXED_GAPS, window=600)
+
+
+def matches_of(client: redis.Redis, keys: Keys) -> set[tuple[str, ...]]:
+    """The matches in the result stream, each as its events' ids (a join's: (A, B))."""
+    return {tuple(m["events"].values())
             for m in (json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID)))}
 
 
-def throughput(lines: list[str], batch_rows: int, home: Path) -> dict:
+def throughput(lines: list[str], batch_rows: int, home: Path, streams: dict = STREAMS, query: str = QUERY) -> dict:
     """The job over ``lines`` waiting in Redis: events/s and where the batches' time went."""
     keys = Keys()
     with RedisServer(home / "redis") as server:
         client = redis.Redis.from_url(server.url)
         registry = Registry(client, keys)
-        registry.put_streams(STREAMS)
-        registry.register(QUERY, query_id=QUERY_ID)
+        registry.put_streams(streams)
+        registry.register(query, query_id=QUERY_ID)
         append_events(client, lines, keys)
         mark = end_of_input(client, [QUERY_ID], keys)
         job = JobProcess(home / "job", server.url, **job_settings(batch_rows)).start()
@@ -143,7 +159,7 @@ def throughput(lines: list[str], batch_rows: int, home: Path) -> dict:
         batches = [b for b in batch_metrics(client, keys) if b["rows"]]
         if len(batches) > 1 and batches[-1]["rows"] == 1:
             batches.pop()
-        pairs = pairs_of(client, keys)
+        pairs = matches_of(client, keys)
         client.close()
     steady = batches[1:] or batches
     seconds = sum(b["duration_ms"] for b in steady) / 1000
@@ -404,6 +420,16 @@ def main() -> None:
         report.say(f"  the core alone on the same events (parse and join, one process): "
                    f"{core_alone(lines[:args.events], args.batch_rows):,.0f} events/s")
         report.say("  per batch (ms): " + ", ".join(f"{k} {v:,.0f}" for k, v in ours["stages_ms_per_batch"].items()))
+        lossy_lines, lossy_streams, lossy_query = shoplifting(10_000 if args.quick else 85_000)
+        lossy_lines = lossy_lines[:args.events]
+        lossy = throughput(lossy_lines, args.batch_rows, home / "lossy", lossy_streams, lossy_query)
+        report.say(f"shoplifting workload (lossy CEP `{lossy_query}`, 10,000 tags, every reader missing a read in "
+                   f"ten): {lossy['events']:,} events waiting, {lossy['batches']} batches, {lossy['matches']:,} "
+                   f"matches")
+        report.say(f"  first batch {lossy['first_batch_s']:.1f} s; then {lossy['steady_events']:,} events in "
+                   f"{lossy['steady_s']:.1f} s: {lossy['events_per_s']:,.0f} events/s; the core alone on the same "
+                   f"events {core_alone(lossy_lines, args.batch_rows, lossy_streams, lossy_query):,.0f} events/s")
+        report.say("  per batch (ms): " + ", ".join(f"{k} {v:,.0f}" for k, v in lossy["stages_ms_per_batch"].items()))
         rated = []
         for rate in ([] if args.quick else map(int, args.rates.split(","))):
             measured = latency(lines, rate, args.seconds, home / f"latency-{rate}")
@@ -416,7 +442,7 @@ def main() -> None:
                        f"{measured['lag_max_s']:.2f} s, {measured['lag_last_s']:.2f} s at the end")
         if args.quick:
             report.say("latency and peer: not run with --quick (each one more Spark start)")
-            plot(report, ours, rated, None, None)
+            plot(report, ours, rated, None, None, lossy)
             return
         # The peer at two batch caps, since its best is not Penumbra's: this workload packs hours of
         # event time into one large batch, and a stream-stream join keeps a whole batch in its state
@@ -436,18 +462,21 @@ def main() -> None:
         report.say(f"Penumbra {ours_on_peer['events_per_s']:,.0f} events/s (batches of {args.batch_rows:,}) against "
                    f"the peer's best {theirs['events_per_s']:,.0f}: "
                    f"{ours_on_peer['events_per_s'] / theirs['events_per_s']:.1f}x (target 10x)")
-    plot(report, ours, rated, theirs, ours_on_peer)
+    plot(report, ours, rated, theirs, ours_on_peer, lossy)
 
 
-def plot(report: Report, ours: dict, rated: list[dict], theirs: dict | None, ours_on_peer: dict | None) -> None:
+def plot(report: Report, ours: dict, rated: list[dict], theirs: dict | None, ours_on_peer: dict | None,
+         lossy: dict) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
-    rows, ms = zip(*ours["per_batch"])
-    left.plot(range(len(rows)), np.array(rows) / (np.array(ms) / 1000), marker=".")
+    for measured, label in ((ours, "keyed join"), (lossy, "shoplifting (lossy)")):
+        rows, ms = zip(*measured["per_batch"])
+        left.plot(range(len(rows)), np.array(rows) / (np.array(ms) / 1000), marker=".", label=label)
     left.set(title="throughput per micro-batch", xlabel="batch", ylabel="events/s", yscale="log")
+    left.legend()
     for measured in rated:
         delays = np.sort(measured["delays_s"])
         middle.plot(delays, np.linspace(0, 1, len(delays)), label=f"{measured['rate']:,} events/s")
