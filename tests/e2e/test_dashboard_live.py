@@ -215,7 +215,9 @@ def test_the_inspector_draws_a_real_events_curve_with_its_ranges_and_buffered_pa
     traces = page.evaluate("document.querySelector('#ins-chart').data.filter(t => t.name?.startsWith('buffered'))"
                            ".map(t => ({ids: t.text, xs: t.x, ys: t.y, name: t.name}))")
     placed = {i: (x, y, t["name"]) for t in traces for i, x, y in zip(t["ids"], t["xs"], t["ys"])}
-    assert set(placed) == {"ea1"}, "the partner stream's buffered event, and only it"
+    form = page.evaluate("[...document.querySelectorAll('#inspect-form select, #inspect-form input')]"
+                         ".map(e => e.id + '=' + e.value).join(' ') + ' | ' + document.querySelector('#curve-note').textContent")
+    assert set(placed) == {"ea1"}, f"the partner stream's buffered event, and only it ({form})"
     x, y, name = placed["ea1"]
     assert x == 1_000_000
     # the marker's height is the join probability, integrated here piecewise from the two timestamps

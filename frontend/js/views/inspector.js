@@ -135,8 +135,14 @@ export default {
       return { stream: $("#ins-stream").value, id: $("#ins-id").value || "probe", ts };
     }
 
+    // the latest request for a curve: an earlier one that answers later draws nothing
+    let latestCurve = 0;
+
     async function drawCurve() {
+      const mine = ++latestCurve;
       const id = $("#ins-query").value;
+      // the form as it is now: the curve, its markers and its note all describe this event
+      const probe = event();
       const error = $("#ins-error");
       error.hidden = true;
       if (!id || !$("#ins-stream").value) return;
@@ -150,16 +156,18 @@ export default {
           for (const record of [...recent].reverse()) remember(id, { value: record.observations });
         } catch { /* drawn without markers */ }
       }
-      const own = event().stream.toLowerCase();
+      const own = probe.stream.toLowerCase();
       const partners = [...(POOL.get(id) ?? new Map()).values()].filter((e) => e.stream.toLowerCase() !== own)
         .slice(-POOL_SIZE);
       try {
-        curve = await post(`${q(id)}/curve`, { event: event(), points: 240, partners });
+        curve = await post(`${q(id)}/curve`, { event: probe, points: 240, partners });
       } catch (failure) {
+        if (mine !== latestCurve) return;
         error.textContent = `No curve: ${failure.message}`;
         error.hidden = false;
         return;
       }
+      if (mine !== latestCurve) return;
       const colours = palette();
       const xs = curve.x;
       const lo = xs[0];
@@ -201,8 +209,9 @@ export default {
         yaxis: { title: { text: "join probability" }, range: [0, 1.05], tickformat: ".0%" },
         shapes, annotations, margin: { l: 60, r: 16, t: 36, b: 48 },
       });
+      if (mine !== latestCurve) return;
       const shown = (curve.partners ?? []).filter((p) => p.x >= lo && p.x <= hi).length;
-      $("#curve-note").textContent = `Event ${event().id} of ${event().stream}; ${Object.keys(curve.curves).length} partner `
+      $("#curve-note").textContent = `Event ${probe.id} of ${probe.stream}; ${Object.keys(curve.curves).length} partner `
         + `${Object.keys(curve.curves).length === 1 ? "shape" : "shapes"}; floor ${percent(curve.floor)}; `
         + `${count(shown)} of ${count((curve.partners ?? []).length)} buffered partners the job reported lie in view.`;
       $("#ins-ranges").innerHTML = `<table class="responsive"><thead><tr><th scope="col">Region</th><th scope="col">From</th><th scope="col">To</th></tr></thead><tbody>`
