@@ -78,8 +78,10 @@ class Job:
         self._stopped = threading.Event()
 
     def _identity(self) -> dict:
-        """The checkpoint's job id and key-group count, kept beside Spark's checkpoint so
-        a restart keeps both (the groups of existing state must not change)."""
+        """The checkpoint's job id, key-group count and the shuffle partitions its groups
+        are placed on, kept beside Spark's checkpoint so a restart keeps them (the groups
+        of existing state must not change; Spark keeps a checkpoint's shuffle partitions
+        too). A checkpoint without ``placed`` keeps Spark's own placement by (qid, grp)."""
         folder = self.settings.checkpoint_dir
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "penumbra.json"
@@ -89,7 +91,8 @@ class Job:
                 log.warning("checkpoint %s has %d key groups; keeping them (setting asks for %d)",
                             folder, identity["key_groups"], self.settings.groups)
             return identity
-        identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups}
+        identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups,
+                    "placed": self.settings.shuffle_partitions if self.settings.place_groups else 0}
         path.write_text(json.dumps(identity))
         return identity
 
@@ -99,8 +102,11 @@ class Job:
         url = settings.redis_url
         routed = (self.spark.readStream.format("penumbra_ingest")
                   .option("url", url).option("prefix", keys.prefix).option("groups", groups)
+                  .option("placed", self.identity.get("placed", 0))
                   .option("maxRows", settings.max_rows_per_batch).option("parts", settings.read_partitions).load())
-        results = routed.groupBy("qid", "grp").transformWithStateInPandas(
+        # the slot is a function of (qid, grp): one state key per group, on the partition chosen
+        keys_of_state = ("qid", "grp", "slot") if self.identity.get("placed") else ("qid", "grp")
+        results = routed.groupBy(*keys_of_state).transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen)
         self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen)

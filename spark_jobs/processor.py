@@ -7,7 +7,8 @@ state store (RocksDB) and turns its results into rows for the sink.
 
 Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON),
 ``l`` (an event the operator did not process, with the reason), ``o`` (the group's
-observations), ``g`` (the group's state: snapshot size, or dropped), and the control
+observations), ``g`` (the group's state: snapshot size and the shuffle partition that ran
+it, or dropped), and the control
 key's ``r`` (rejected entries) and ``x`` (end marks) passed through.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
+from pyspark import TaskContext
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
@@ -101,7 +103,8 @@ class GroupProcessor(StatefulProcessor):
         out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
                                                    "reason": late.reason}), None) for late in result.late]
         out.append((query_id, group, "o", -1, encode(result.observations), None))
-        out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot), "end": end}), None))
+        out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot), "end": end,
+                                                     "partition": TaskContext.get().partitionId()}), None))
         yield _frame(out)
 
     def close(self) -> None:

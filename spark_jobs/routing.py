@@ -10,12 +10,13 @@ that query (:meth:`~penumbra.operator.Operator.clock_of`) and whether the input 
 query ended; the groups merge the ticks of all partitions into the batch's clock, so
 time reaches groups that got no rows. Removed queries' groups get a *drop*.
 
-Output rows: ``(qid, grp, seq, kind, data, raw, registry)`` with kind ``b`` (a block:
+Output rows: ``(qid, grp, seq, kind, data, raw, registry, slot)`` with kind ``b`` (a block:
 the group's events of the read partition, their ordinals and JSON, packed in one row
 so the shuffle moves a few rows per group, not one per event; ``seq`` is the first
 ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
 ``("", 0)``: ``r`` (a rejected entry: reason in data, the entry itself in raw) and ``x``
-(an end-of-input mark reached).
+(an end-of-input mark reached). ``slot`` places the group on its shuffle partition
+(:mod:`spark_jobs.placement`; 0 on the control key and when the job does not place).
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
 
+from .placement import slot
 from .store import Keys, Registry
 
 __all__ = ["ROUTED", "CONTROL", "CompiledQuery", "Router", "compiled", "pack", "unpack"]
 
-ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long"
+ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long, slot int"
 #: The key of rows that are not a query's: rejected entries and end marks.
 CONTROL = ("", 0)
 
@@ -96,15 +98,17 @@ def compiled(url: str, prefix: str, version: int, groups: int) -> _Compiled:
 
 def _reject(rows: list, seq: int, entry: str, reason: str, raw: bytes, version: int) -> None:
     data = json.dumps({"entry": entry, "reason": reason}).encode()
-    rows.append((*CONTROL, seq, "r", data, raw, version))
+    rows.append((*CONTROL, seq, "r", data, raw, version, 0))
 
 
 class Router:
     """Routes the entries of one read partition, in order (:meth:`route`), then gives the
-    ticks and drops that close the partition (:meth:`close`)."""
+    ticks and drops that close the partition (:meth:`close`). With ``partitions`` (the
+    job's shuffle partitions) each group's rows carry the slot that places it; with 0,
+    slot 0."""
 
-    def __init__(self, url: str, prefix: str, groups: int):
-        self.url, self.prefix, self.groups = url, prefix, groups
+    def __init__(self, url: str, prefix: str, groups: int, partitions: int = 0):
+        self.url, self.prefix, self.groups, self.partitions = url, prefix, groups, partitions
         self.clocks: dict[str, Clock] = {}
         self.ended: set[str] = set()
         self.registry: _Compiled | None = None
@@ -120,15 +124,15 @@ class Router:
         for query_id, events in by_query.items():
             self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}),
                                                  registry.queries[query_id].clocker.clock_of(events))
-        rows += [(query_id, group, seqs[0], "b", pack(seqs, lines), None, version)
-                 for (query_id, group), (seqs, lines) in blocks.items()]
+        rows += [(query_id, group, seqs[0], "b", pack(seqs, lines), None, version,
+                  _slot(query_id, group, self.partitions)) for (query_id, group), (seqs, lines) in blocks.items()]
         return rows
 
     def _route(self, registry: _Compiled, version: int, entries, rows: list, by_query: dict, blocks: dict) -> None:
         for seq, entry, field, data in entries:
             if field == "c":
                 self.ended.update(_end_mark(data, registry))
-                rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version))
+                rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
                 continue
             if field != "e":
                 _reject(rows, seq, entry, f"unknown entry field {field!r} (expected 'e', an event)", data, version)
@@ -151,7 +155,7 @@ class Router:
         """Every group of each query the partition's events concerned gets a tick (their
         clock, and whether the query's input ended); every group of a removed query a drop."""
         registry = self.registry or compiled(self.url, self.prefix, version, self.groups)
-        return _ticks(registry, self.clocks, self.ended)
+        return _ticks(registry, self.clocks, self.ended, self.partitions)
 
 
 def pack(seqs: list[int], lines: list[bytes]) -> bytes:
@@ -172,17 +176,23 @@ def unpack(blocks) -> list[bytes]:
     return lines
 
 
-def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str]) -> list[tuple]:
+def _slot(query_id: str, group: int, partitions: int) -> int:
+    return slot(query_id, group, partitions) if partitions > 0 else 0
+
+
+def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], partitions: int) -> list[tuple]:
     rows = []
     for query_id in sorted(set(clocks) | ended):
         query = registry.queries.get(query_id)
         if query is None or query.entry.get("paused"):
             continue
         data = json.dumps({"clock": clocks.get(query_id, {}), "end": query_id in ended}).encode()
-        rows += [(query_id, group, -1, "t", data, None, registry.version) for group in range(query.routing.count)]
+        rows += [(query_id, group, -1, "t", data, None, registry.version, _slot(query_id, group, partitions))
+                 for group in range(query.routing.count)]
     for query_id in registry.deleted:
         # a removed query had one group or the job's count of them: reach them all
-        rows += [(query_id, group, -1, "d", b"", None, registry.version) for group in range(registry.groups)]
+        rows += [(query_id, group, -1, "d", b"", None, registry.version, _slot(query_id, group, partitions))
+                 for group in range(registry.groups)]
     return rows
 
 

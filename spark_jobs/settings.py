@@ -36,6 +36,9 @@ class JobSettings(BaseSettings):
     max_rows_per_batch: int = Field(100_000, ge=1, description="admission control: ingest entries per micro-batch")
     shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions (small on one machine)")
     key_groups: int = Field(0, ge=0, description="key groups per query (0: twice the shuffle partitions)")
+    place_groups: bool = Field(True, description=(
+        "place each query's key groups on the shuffle partitions in turn (off: where Spark's hash of "
+        "(query, group) puts them); fixed for a checkpoint at its first start"))
     read_partitions: int = Field(2, ge=1, description="tasks reading and routing one micro-batch (in parallel)")
     result_maxlen: int = Field(100_000, ge=1, description="matches kept in each query's result stream (MAXLEN ~)")
     obs_maxlen: int = Field(2_000, ge=1, description=(

@@ -7,7 +7,9 @@ registry version the micro-batch is planned with::
 
 With the option ``groups`` (the job's key-group count) the reader also routes what it
 reads (:class:`~spark_jobs.routing.Router`) and its rows are the routed ones
-(:data:`~spark_jobs.routing.ROUTED`); without it, the raw entries (:data:`SCHEMA`).
+(:data:`~spark_jobs.routing.ROUTED`); without it, the raw entries (:data:`SCHEMA`). The
+option ``placed`` (the job's shuffle partitions) gives each group the slot that places it
+evenly on them (:mod:`spark_jobs.placement`).
 
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
 driver: one server-side script walks at most ``max_rows`` entries and returns only the
@@ -91,6 +93,7 @@ class IngestReader(DataSourceStreamReader):
         self.max_rows = int(options.get("maxrows", 100_000))
         self.parts = int(options.get("parts", 1))
         self.groups = int(options["groups"]) if "groups" in options else None
+        self.placed = int(options.get("placed", 0))
         self.plan = None
 
     def initialOffset(self) -> dict:
@@ -125,7 +128,7 @@ class IngestReader(DataSourceStreamReader):
         return [Range(lo[0], hi[0], lo[1] + 1, end["registry"]) for lo, hi in zip(bounds, bounds[1:])]
 
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:
-        router = Router(self.url, self.keys.prefix, self.groups) if self.groups is not None else None
+        router = Router(self.url, self.keys.prefix, self.groups, self.placed) if self.groups is not None else None
         for seqs, ids, fields, data in self._entries(partition):
             if router is None:
                 yield pa.RecordBatch.from_pydict({"seq": seqs, "entry": ids, "field": fields, "data": data,
@@ -173,6 +176,7 @@ def _routed(rows: list[tuple]) -> pa.RecordBatch:
 
 
 _ROUTED_ARROW = pa.schema([("qid", pa.string()), ("grp", pa.int32()), ("seq", pa.int64()), ("kind", pa.string()),
-                           ("data", pa.binary()), ("raw", pa.binary()), ("registry", pa.int64())])
+                           ("data", pa.binary()), ("raw", pa.binary()), ("registry", pa.int64()),
+                           ("slot", pa.int32())])
 _ARROW = pa.schema([("seq", pa.int64()), ("entry", pa.string()), ("field", pa.string()),
                     ("data", pa.binary()), ("registry", pa.int64())])

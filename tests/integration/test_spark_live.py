@@ -4,6 +4,7 @@ through the same sequence of changes."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ from penumbra.engine import build_operator
 from penumbra.events import Event, parse_streams
 from penumbra.query import parse
 from penumbra.timestamps import Interval
+from tests.integration.conftest import JOB_SETTINGS
 from tests.integration.test_spark_equivalence import assert_equal
 
 STREAMS = {"A": {"pi": 10.0, "max_delay": 40.0}, "B": {"pi": 10.0, "max_delay": 40.0}}
@@ -129,3 +131,25 @@ def test_a_removed_query_drops_its_key_groups(pipeline):
     while pipeline.client.hlen(pipeline.keys.groups(query_id)) and time.monotonic() < deadline:
         pipeline.sync()
     assert pipeline.client.hlen(pipeline.keys.groups(query_id)) == 0
+
+
+def test_a_querys_key_groups_take_the_shuffle_partitions_in_turn(pipeline):
+    # Spark's own hash of (qid, grp) would place four groups on two partitions unevenly for
+    # most query ids; the job's slots make it two and two, whatever the id
+    streams = rename(STREAMS, "pl")
+    text = "SELECT * FROM plA A, plB B WHERE WINDOW(A, B) = 3 AND A.region = B.region WITH THRESHOLD 0.3"
+    ids = [pipeline.query_id() for _ in range(3)]
+    pipeline.registry.put_streams(streams)
+    for query_id in ids:
+        pipeline.registry.register(text, query_id=query_id)
+    pipeline.feed(merged(*(intervals("pl", stream, 0.0, 5, seed=20 + r, region=f"r{r}")
+                           for r in range(16) for stream in "AB")))
+    pipeline.sync()
+    partitions, groups = JOB_SETTINGS["shuffle_partitions"], JOB_SETTINGS["key_groups"]
+    for query_id in ids:
+        ran = {int(g): json.loads(v)["partition"] for g, v in pipeline.client.hgetall(pipeline.keys.groups(query_id)).items()}
+        assert sorted(ran) == list(range(groups)), "every key group ran"
+        assert sorted(ran.values()) == sorted(list(range(partitions)) * (groups // partitions))
+        # in turn: consecutive groups on consecutive partitions
+        assert all(ran[(g + 1) % groups] == (ran[g] + 1) % partitions for g in range(groups))
+        pipeline.registry.remove(query_id)
