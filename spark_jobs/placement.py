@@ -2,8 +2,9 @@
 
 Spark puts the key ``(qid, grp)`` of the stateful step on shuffle partition
 ``pmod(murmur3(qid, grp), partitions)`` (its ``HashPartitioning``, seed 42). With a few
-groups per query that hash places them unevenly: four groups on two partitions fall three
-and one (or all four on one, with probability 1/8), and one core does most of the work.
+groups per query that hash often places them unevenly: four groups on two partitions fall
+two and two for only three ids in eight (three and one with probability 1/2, all four on
+one with 1/8), and then one core does most of the work.
 
 The job therefore keys the step by ``(qid, grp, slot)``: ``slot`` is the smallest
 non-negative integer that sends the group to partition ``(grp + offset(qid)) mod

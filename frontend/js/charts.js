@@ -45,14 +45,20 @@ export const palette = () => ({
   muted: cssVar("--muted"), text: cssVar("--text"),
 });
 
-/** Draws (or redraws) a chart; shows a note in the element if Plotly is missing. */
-export async function draw(element, data, extraLayout) {
+/**
+ * Draws (or redraws) a chart; shows a note in the element if Plotly is missing. `wanted`
+ * is asked once Plotly is ready: a chart that is no longer wanted is not drawn. Resolves
+ * to whether it was drawn.
+ */
+export async function draw(element, data, extraLayout, wanted = () => true) {
   try {
     const Plotly = await plotly();
-    if (!element.isConnected) return;
+    if (!element.isConnected || !wanted()) return false;
     await Plotly.react(element, data, layout(extraLayout), CONFIG);
+    return true;
   } catch (error) {
     element.textContent = error.message;
+    return false;
   }
 }
 

@@ -70,3 +70,31 @@ def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
     later, earlier = pack([5, 7], [b"e5", b"e7"]), pack([1, 6], [b"e1", b"e6"])
     assert unpack([later, earlier]) == [b"e1", b"e5", b"e6", b"e7"]
     assert unpack([earlier]) == [b"e1", b"e6"]
+
+
+def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server):
+    from spark_jobs.placement import slot
+
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("pn-slot-test")
+    registry = Registry(client, keys)
+    registry.put_streams(STREAMS)
+    registry.register(JOIN, query_id="j")
+    registry.register(JOIN, query_id="gone")
+    registry.remove("gone")
+    version = registry.version()
+    lines = [event("ra", n, n % 7, 10.0 + n) for n in range(20)] + [b"{oops"]
+    entries = [(i, f"{i}-0", "e", line) for i, line in enumerate(lines)]
+    for partitions, placed in ((2, True), (0, False)):
+        router = Router(redis_server.url, keys.prefix, 4, partitions)
+        rows = router.route(version, entries) + router.close(version)
+        kinds = {row[3] for row in rows}
+        assert {"b", "t", "d", "r"} <= kinds
+        for row in rows:
+            query_id, group, kind, row_slot = row[0], row[1], row[3], row[7]
+            if kind == "r":
+                assert (query_id, group, row_slot) == (*CONTROL, 0)
+            else:
+                assert row_slot == (slot(query_id, group, partitions) if placed else 0), row[:4]
+    client.delete(*client.keys("pn-slot-test:*"))
+    client.close()

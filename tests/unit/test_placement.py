@@ -30,19 +30,20 @@ def test_the_key_hash_is_spark_sqls_hash(query_id, group, slot_, expected):
     assert key_hash(query_id, group, slot_) == expected
 
 
-def test_a_partition_is_the_non_negative_remainder_of_the_hash():
-    assert partition_of("j", 1, 0, 7) == 2  # Spark: pmod(-1558632185, 7)
-    assert all(0 <= partition_of(q, g, s, p) < p for q, g, s, _ in SPARK_HASHES for p in (1, 2, 3, 16))
+def test_a_partition_is_sparks_pmod_of_the_hash():
+    # pmod(-1558632185, 7) in Spark (Java): ((h % 7) + 7) % 7 = 2
+    assert partition_of("j", 1, 0, 7) == 2
+    assert partition_of("ab", 2, 5, 7) == 561010678 % 7
 
 
-@pytest.mark.parametrize("partitions, groups", [(1, 2), (2, 4), (2, 2), (3, 6), (4, 8), (8, 16), (5, 1)])
-def test_each_querys_groups_take_the_partitions_in_turn(partitions, groups):
+@pytest.mark.parametrize("partitions, groups", [(1, 2), (2, 4), (2, 2), (3, 6), (4, 8), (8, 16), (3, 4)])
+def test_the_targets_of_a_querys_groups_take_the_partitions_in_turn(partitions, groups):
     for n in range(200):
         query_id = f"q-{n:03d}"
-        placed = [partition_of(query_id, g, slot(query_id, g, partitions), partitions) for g in range(groups)]
-        assert placed == [target(query_id, g, partitions) for g in range(groups)]
-        assert all(placed[g + 1] == (placed[g] + 1) % partitions for g in range(groups - 1))
-        load = Counter(placed)
+        targets = [target(query_id, g, partitions) for g in range(groups)]
+        assert all(0 <= t < partitions for t in targets)
+        assert all(targets[g + 1] == (targets[g] + 1) % partitions for g in range(groups - 1))
+        load = Counter(targets)
         assert max(load.values()) - min(load.get(p, 0) for p in range(partitions)) <= 1
 
 
@@ -51,10 +52,11 @@ def test_single_group_queries_spread_over_the_partitions():
     assert set(starts) == {0, 1, 2, 3} and min(starts.values()) > 60
 
 
-def test_a_slot_is_the_smallest_that_places_the_group():
-    for n in range(100):
-        query_id, partitions = f"s{n}", 3
-        found = slot(query_id, 1, partitions)
-        want = target(query_id, 1, partitions)
-        assert all(partition_of(query_id, 1, s, partitions) != want for s in range(found))
+def test_a_slot_is_the_smallest_that_places_the_group_and_stays_small():
+    for n in range(300):
+        query_id, group, partitions = f"s{n}", n % 5, 1 + n % 4
+        found = slot(query_id, group, partitions)
+        want = target(query_id, group, partitions)
+        assert partition_of(query_id, group, found, partitions) == want
+        assert all(partition_of(query_id, group, s, partitions) != want for s in range(found))
         assert found < 64

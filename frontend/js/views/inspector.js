@@ -101,7 +101,12 @@ export default {
       showKind();
     }
 
+    // the latest request for a curve: an earlier one that answers later draws nothing, nor
+    // does one still in flight when another query is chosen
+    let latestCurve = 0;
+
     async function chooseQuery() {
+      latestCurve += 1;
       const entry = store.queries.get($("#ins-query").value);
       if (!entry) return;
       $("#join-panel").hidden = entry.kind !== "join";
@@ -134,9 +139,6 @@ export default {
         : { lo: Number($("#ins-lo").value), hi: Number($("#ins-hi").value) };
       return { stream: $("#ins-stream").value, id: $("#ins-id").value || "probe", ts };
     }
-
-    // the latest request for a curve: an earlier one that answers later draws nothing
-    let latestCurve = 0;
 
     async function drawCurve() {
       const mine = ++latestCurve;
@@ -208,7 +210,7 @@ export default {
         xaxis: { title: { text: "partner's max time" } },
         yaxis: { title: { text: "join probability" }, range: [0, 1.05], tickformat: ".0%" },
         shapes, annotations, margin: { l: 60, r: 16, t: 36, b: 48 },
-      });
+      }, () => mine === latestCurve);
       if (mine !== latestCurve) return;
       const shown = (curve.partners ?? []).filter((p) => p.x >= lo && p.x <= hi).length;
       $("#curve-note").textContent = `Event ${probe.id} of ${probe.stream}; ${Object.keys(curve.curves).length} partner `
