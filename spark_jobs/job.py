@@ -90,6 +90,10 @@ class Job:
             if identity["key_groups"] != self.settings.groups:
                 log.warning("checkpoint %s has %d key groups; keeping them (setting asks for %d)",
                             folder, identity["key_groups"], self.settings.groups)
+            placed = self.settings.shuffle_partitions if self.settings.place_groups else 0
+            if identity.get("placed", 0) != placed:
+                log.warning("checkpoint %s places key groups on %s; keeping that (settings ask for %s)", folder,
+                            _placement(identity.get("placed", 0)), _placement(placed))
             return identity
         identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups,
                     "placed": self.settings.shuffle_partitions if self.settings.place_groups else 0}
@@ -241,3 +245,7 @@ def main() -> int:
         log.error("the streaming query failed: %s", failure)
         return 1
     return 0
+
+
+def _placement(placed: int) -> str:
+    return f"{placed} shuffle partitions in turn" if placed else "partitions by Spark's hash"
