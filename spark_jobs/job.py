@@ -85,18 +85,17 @@ class Job:
         folder = self.settings.checkpoint_dir
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "penumbra.json"
+        placed = self.settings.shuffle_partitions if self.settings.place_groups else 0
         if path.exists():
             identity = json.loads(path.read_text())
             if identity["key_groups"] != self.settings.groups:
                 log.warning("checkpoint %s has %d key groups; keeping them (setting asks for %d)",
                             folder, identity["key_groups"], self.settings.groups)
-            placed = self.settings.shuffle_partitions if self.settings.place_groups else 0
             if identity.get("placed", 0) != placed:
                 log.warning("checkpoint %s places key groups on %s; keeping that (settings ask for %s)", folder,
                             _placement(identity.get("placed", 0)), _placement(placed))
             return identity
-        identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups,
-                    "placed": self.settings.shuffle_partitions if self.settings.place_groups else 0}
+        identity = {"job": uuid.uuid4().hex, "key_groups": self.settings.groups, "placed": placed}
         path.write_text(json.dumps(identity))
         return identity
 

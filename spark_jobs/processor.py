@@ -8,8 +8,9 @@ state store (RocksDB) and turns its results into rows for the sink.
 Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON),
 ``l`` (an event the operator did not process, with the reason), ``o`` (the group's
 observations), ``g`` (the group's state: snapshot size and the shuffle partition that ran
-it, or dropped), and the control
-key's ``r`` (rejected entries) and ``x`` (end marks) passed through.
+it, or dropped), and the control key's ``r`` (rejected entries) and ``x`` (end marks)
+passed through. The key of a group may carry its placement slot as a third part
+(:mod:`spark_jobs.placement`); the processor reads only the first two.
 """
 
 from __future__ import annotations
