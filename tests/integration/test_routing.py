@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import uuid
 
+import pytest
 import redis
 
 from penumbra.keygroups import key_hash
@@ -21,12 +23,25 @@ def event(stream: str, n: int, k, hi: float) -> bytes:
                        "attrs": {"k": k}}).encode()
 
 
-def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server):
+@pytest.fixture
+def registry(redis_server):
+    """A registry of its own with the streams and the join ``j``; its keys go when the
+    test ends, also when it fails. Its prefix is new each time: an executor's compiled
+    registries are cached by prefix and version, and versions count from 1 again."""
     client = redis.Redis.from_url(redis_server.url)
-    keys = Keys("pn-routing-test")
-    registry = Registry(client, keys)
+    prefix = f"pn-routing-{uuid.uuid4().hex[:8]}"
+    registry = Registry(client, Keys(prefix))
     registry.put_streams(STREAMS)
     registry.register(JOIN, query_id="j")
+    try:
+        yield registry
+    finally:
+        client.delete(*client.keys(f"{prefix}:*"))
+        client.close()
+
+
+def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, registry):
+    keys = registry.keys
     registry.register(JOIN, query_id="p")
     registry.update("p", paused=True)
     version = registry.version()
@@ -60,8 +75,6 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server):
     assert sorted(ticks) == list(range(groups))
     assert all(t == {"clock": {"watermark": 21.0}, "end": True} for t in ticks.values())
     assert not [row for row in by_kind["t"] if row[0] == "p"]
-    client.delete(*client.keys("pn-routing-test:*"))
-    client.close()
 
 
 def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
@@ -72,21 +85,16 @@ def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
     assert unpack([earlier]) == [b"e1", b"e6"]
 
 
-def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server):
+def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server, registry):
     from spark_jobs.placement import slot
 
-    client = redis.Redis.from_url(redis_server.url)
-    keys = Keys("pn-slot-test")
-    registry = Registry(client, keys)
-    registry.put_streams(STREAMS)
-    registry.register(JOIN, query_id="j")
     registry.register(JOIN, query_id="gone")
     registry.remove("gone")
     version = registry.version()
     lines = [event("ra", n, n % 7, 10.0 + n) for n in range(20)] + [b"{oops"]
     entries = [(i, f"{i}-0", "e", line) for i, line in enumerate(lines)]
     for partitions, placed in ((2, True), (0, False)):
-        router = Router(redis_server.url, keys.prefix, 4, partitions)
+        router = Router(redis_server.url, registry.keys.prefix, 4, partitions)
         rows = router.route(version, entries) + router.close(version)
         kinds = {row[3] for row in rows}
         assert {"b", "t", "d", "r"} <= kinds
@@ -96,5 +104,3 @@ def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server):
                 assert (query_id, group, row_slot) == (*CONTROL, 0)
             else:
                 assert row_slot == (slot(query_id, group, partitions) if placed else 0), row[:4]
-    client.delete(*client.keys("pn-slot-test:*"))
-    client.close()
