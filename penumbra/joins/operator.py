@@ -228,7 +228,10 @@ class JoinOperator(Operator):
     def _key(self, side: _Side, event: Event) -> tuple | None:
         """The values of ``event``'s key attributes on ``side`` (``()`` for a join without
         equalities), or None when one is missing."""
-        values = tuple(event.attrs.get(name) for name in side.key)
+        if len(side.key) == 1:
+            value = event.attrs.get(side.key[0])
+            return None if value is None else (value,)
+        values = tuple([event.attrs.get(name) for name in side.key])
         if any(v is None for v in values):
             return None
         return values
@@ -240,10 +243,15 @@ class JoinOperator(Operator):
         late: list[Late] = []
         # per key: the new rows of A and of B, and (side, row) in arrival order
         arrivals: dict[tuple, tuple[list, list, list]] = {}
+        # per block: the sides each stream name feeds, and the keys of other key groups
+        sides_of: dict[str, list[int]] = {}
+        foreign: set[tuple] = set()
         for event in events:
             self.totals["events"] += 1
-            stream = event.stream.casefold()
-            sides = [k for k, side in enumerate(self.sides) if side.stream == stream]
+            sides = sides_of.get(event.stream)
+            if sides is None:
+                stream = event.stream.casefold()
+                sides = sides_of[event.stream] = [k for k, side in enumerate(self.sides) if side.stream == stream]
             if not sides:
                 self.totals["ignored"] += 1
                 continue
@@ -255,26 +263,35 @@ class JoinOperator(Operator):
                     late.append(Late(event, admitted))
                     continue
                 histogram, template = admitted
-                if histogram.hi + side.params.max_delay < self.watermark:
+                hi = histogram.hi
+                if hi + side.params.max_delay < self.watermark:
                     self.totals["late"] += 1
-                    late.append(Late(event, f"late: max time {histogram.hi!r} + max delay "
+                    late.append(Late(event, f"late: max time {hi!r} + max delay "
                                      f"{side.params.max_delay!r} is before the watermark {self.watermark!r}"))
                     continue
-                self.watermark = max(self.watermark, histogram.hi)
-                bindings = {side.var: event.attrs}
-                if not all(evaluate(f, bindings) is True for f in side.filters):
-                    self.totals["filtered"] += 1
-                    continue
+                if hi > self.watermark:
+                    self.watermark = hi
+                if side.filters:
+                    bindings = {side.var: event.attrs}
+                    if not all(evaluate(f, bindings) is True for f in side.filters):
+                        self.totals["filtered"] += 1
+                        continue
                 values = self._key(side, event)
                 if values is None:
                     self.totals["unkeyed"] += 1
                     continue
-                if self.key_group is not None and not self.key_group.owns(values):
-                    self.totals["other_group"] += 1
-                    continue
                 # 1 and 1.0 are the same key; True is not 1.
-                key = tuple((type(v) is bool, v) for v in values)
-                new_a, new_b, sequence = arrivals.setdefault(key, ([], [], []))
+                key = ((type(values[0]) is bool, values[0]),) if len(values) == 1 \
+                    else tuple([(type(v) is bool, v) for v in values])
+                arrived = arrivals.get(key)
+                if arrived is None:
+                    # whether the key group owns a key is decided once per key and block
+                    if key in foreign or self.key_group is not None and not self.key_group.owns(values):
+                        foreign.add(key)
+                        self.totals["other_group"] += 1
+                        continue
+                    arrived = arrivals[key] = ([], [], [])
+                new_a, new_b, sequence = arrived
                 mine = new_a if k == 0 else new_b
                 sequence.append((k, len(mine)))
                 mine.append((histogram, template, event.id))
@@ -592,13 +609,16 @@ class JoinOperator(Operator):
         """The largest max time of the events either side admits (late ones lie below
         the watermark anyway, so the figure needs no state)."""
         watermark = -math.inf
+        sides_of: dict[str, list[_Side]] = {}
         for event in events:
-            stream = event.stream.casefold()
-            for side in self.sides:
-                if side.stream == stream:
-                    admitted = self._admit(side, event)
-                    if not isinstance(admitted, str) and admitted[0].hi > watermark:
-                        watermark = admitted[0].hi
+            sides = sides_of.get(event.stream)
+            if sides is None:
+                stream = event.stream.casefold()
+                sides = sides_of[event.stream] = [side for side in self.sides if side.stream == stream]
+            for side in sides:
+                admitted = self._admit(side, event)
+                if not isinstance(admitted, str) and admitted[0].hi > watermark:
+                    watermark = admitted[0].hi
         return {"watermark": watermark} if watermark > -math.inf else {}
 
     def advance(self, clock: dict[str, float]) -> BlockResult:

@@ -285,3 +285,47 @@ def test_a_threshold_below_the_join_floor_is_refused_and_reported():
     assert "floor" in result.observations["threshold_refused"]
     operator = build_operator(query, streams).restore(state.snapshot)
     assert operator.threshold == 0.5
+
+
+def test_a_join_group_fed_every_event_counts_what_is_not_its_own():
+    """Each of 3 groups of a keyed join with a filter, fed every event (keys 1, 1.0 and
+    True among them, some events without the key, a stream spelled in other cases): the
+    counters follow from the events alone, the keys' groups split the matches of one
+    operator, and a key's events all land in one group."""
+    streams = parse_streams({"S": {"pi": 5.0, "max_delay": 10}, "T": {"pi": 5.0, "max_delay": 10}})
+    rng = np.random.default_rng(11)
+    keys = ["north", "south", 1, 1.0, True, 2, "2", None]
+    events = []
+    for n in range(400):
+        stream = ["S", "s", "T", "t", "U"][int(rng.integers(0, 5))]
+        lo = float(n // 2 + rng.uniform(0, 3))
+        attrs = {"v": int(rng.integers(0, 10))}
+        key = keys[int(rng.integers(0, len(keys)))]
+        if key is not None:
+            attrs["k"] = key
+        events.append(Event(stream, f"e{n}", Interval(lo, lo + float(rng.uniform(0.5, 4))), attrs))
+    text = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = 4 AND A.k = B.k AND A.v > 2 WITH THRESHOLD 0.3"
+    read = [e for e in events if e.stream.casefold() in ("s", "t")]
+    kept = [e for e in read if e.stream.casefold() == "t" or e.attrs["v"] > 2]
+    keyed = [e for e in kept if "k" in e.attrs]
+    whole = build_operator(parse(text), streams)
+    expected = {(tuple(sorted(m.events.items())), m.prob) for m in [*whole.feed(events).matches,
+                                                                     *whole.flush().matches]}
+    found, owner = set(), {}
+    for g in range(3):
+        operator = build_operator(parse(text), streams, KeyGroup(g, 3))
+        for start in range(0, len(events), 90):
+            found |= {(tuple(sorted(m.events.items())), m.prob) for m in operator.feed(events[start:start + 90]).matches}
+        found |= {(tuple(sorted(m.events.items())), m.prob) for m in operator.flush().matches}
+        counters = operator.counters
+        assert counters["events"] == len(events) and counters["late"] == 0
+        assert counters["ignored"] == len(events) - len(read)
+        assert counters["filtered"] == len(read) - len(kept)
+        assert counters["unkeyed"] == len(kept) - len(keyed)
+        mine = [e for e in keyed if key_hash((e.attrs["k"],)) % 3 == g]
+        assert counters["other_group"] == len(keyed) - len(mine)
+        for e in mine:
+            owner.setdefault(e.attrs["k"], set()).add(g)
+    assert found == expected and expected
+    assert all(len(groups) == 1 for groups in owner.values())
+    assert owner.keys() == {"north", "south", 1, 2, "2"}  # 1, 1.0 and True are one key
