@@ -273,7 +273,9 @@ def peer(lines: list[str], batch_rows: int, home: Path) -> dict:
             def probability(line_a, line_b):
                 from penumbra.events import parse_event_line, parse_streams
                 from penumbra.probability import p_within
-                streams = parsed.get("streams") or parsed.setdefault("streams", parse_streams(STREAMS))
+                if "streams" not in parsed:
+                    parsed["streams"] = parse_streams(STREAMS)
+                streams = parsed["streams"]
                 return p_within(parse_event_line(line_a, streams).ts, parse_event_line(line_b, streams).ts, WINDOW)
 
             scored = candidates.withColumn("p", F.udf(probability, DoubleType())("a_line", "b_line"))
@@ -451,8 +453,8 @@ def main() -> None:
         # until the watermark moves. Its best figure is the one compared. The first batch (workers
         # starting) is left out of each figure.
         peer_events = lines[:args.peer_events]
-        theirs_by_cap = {rows: peer(peer_events, rows, home / f"peer-{rows}")
-                         for rows in sorted({max(500, args.batch_rows // 10), max(500, args.batch_rows // 5), args.batch_rows})}
+        caps = sorted({max(500, args.batch_rows // 10), max(500, args.batch_rows // 5), args.batch_rows})
+        theirs_by_cap = {rows: peer(peer_events, rows, home / f"peer-{rows}") for rows in caps}
         ours_on_peer = (ours if args.peer_events == args.events
                         else throughput(peer_events, args.batch_rows, home / "throughput-peer-events"))
         for rows, measured in theirs_by_cap.items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["key_hash", "murmur3_bytes", "murmur3_int", "partition_of", "slot", "target"]
+__all__ = ["murmur3_bytes", "murmur3_int", "partition_of", "slot", "spark_hash", "target"]
 
 _SEED = 42
 _C1, _C2, _MASK = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
@@ -66,7 +66,7 @@ def _signed(h: int) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def key_hash(query_id: str, group: int, slot_: int) -> int:
+def spark_hash(query_id: str, group: int, slot_: int) -> int:
     """Spark SQL's ``hash(qid, grp, slot)`` of a string and two int columns (signed)."""
     h = murmur3_bytes(query_id.encode(), _SEED)
     h = murmur3_int(group, h)
@@ -76,7 +76,7 @@ def key_hash(query_id: str, group: int, slot_: int) -> int:
 def partition_of(query_id: str, group: int, slot_: int, partitions: int) -> int:
     """The shuffle partition Spark gives the key ``(query_id, group, slot_)``:
     ``pmod(hash(qid, grp, slot), partitions)``."""
-    return key_hash(query_id, group, slot_) % partitions
+    return spark_hash(query_id, group, slot_) % partitions
 
 
 def target(query_id: str, group: int, partitions: int) -> int:

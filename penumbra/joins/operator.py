@@ -236,6 +236,15 @@ class JoinOperator(Operator):
             return None
         return values
 
+    def _reading(self, stream: str, known: dict[str, list[int]]) -> list[int]:
+        """The sides (0 for A, 1 for B) that read events of ``stream`` as spelled in them;
+        ``known`` keeps the answer for the rest of a block."""
+        sides = known.get(stream)
+        if sides is None:
+            folded = stream.casefold()
+            sides = known[stream] = [k for k, side in enumerate(self.sides) if side.stream == folded]
+        return sides
+
     # --- feeding -------------------------------------------------------------------------
 
     def feed(self, events: Sequence[Event]) -> BlockResult:
@@ -244,14 +253,11 @@ class JoinOperator(Operator):
         # per key: the new rows of A and of B, and (side, row) in arrival order
         arrivals: dict[tuple, tuple[list, list, list]] = {}
         # per block: the sides each stream name feeds, and the keys of other key groups
-        sides_of: dict[str, list[int]] = {}
+        reading: dict[str, list[int]] = {}
         foreign: set[tuple] = set()
         for event in events:
             self.totals["events"] += 1
-            sides = sides_of.get(event.stream)
-            if sides is None:
-                stream = event.stream.casefold()
-                sides = sides_of[event.stream] = [k for k, side in enumerate(self.sides) if side.stream == stream]
+            sides = self._reading(event.stream, reading)
             if not sides:
                 self.totals["ignored"] += 1
                 continue
@@ -281,8 +287,7 @@ class JoinOperator(Operator):
                     self.totals["unkeyed"] += 1
                     continue
                 # 1 and 1.0 are the same key; True is not 1.
-                key = ((type(values[0]) is bool, values[0]),) if len(values) == 1 \
-                    else tuple([(type(v) is bool, v) for v in values])
+                key = tuple([(type(v) is bool, v) for v in values])
                 arrived = arrivals.get(key)
                 if arrived is None:
                     # whether the key group owns a key is decided once per key and block
@@ -609,14 +614,10 @@ class JoinOperator(Operator):
         """The largest max time of the events either side admits (late ones lie below
         the watermark anyway, so the figure needs no state)."""
         watermark = -math.inf
-        sides_of: dict[str, list[_Side]] = {}
+        reading: dict[str, list[int]] = {}
         for event in events:
-            sides = sides_of.get(event.stream)
-            if sides is None:
-                stream = event.stream.casefold()
-                sides = sides_of[event.stream] = [side for side in self.sides if side.stream == stream]
-            for side in sides:
-                admitted = self._admit(side, event)
+            for k in self._reading(event.stream, reading):
+                admitted = self._admit(self.sides[k], event)
                 if not isinstance(admitted, str) and admitted[0].hi > watermark:
                     watermark = admitted[0].hi
         return {"watermark": watermark} if watermark > -math.inf else {}

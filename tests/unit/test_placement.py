@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from spark_jobs.placement import key_hash, partition_of, slot, target
+from spark_jobs.placement import partition_of, slot, spark_hash, target
 
 # computed by Spark: spark.createDataFrame(rows, "qid string, grp int, slot int").select(F.hash(...))
 SPARK_HASHES = [
@@ -27,7 +27,7 @@ SPARK_HASHES = [
 
 @pytest.mark.parametrize("query_id, group, slot_, expected", SPARK_HASHES)
 def test_the_key_hash_is_spark_sqls_hash(query_id, group, slot_, expected):
-    assert key_hash(query_id, group, slot_) == expected
+    assert spark_hash(query_id, group, slot_) == expected
 
 
 def test_a_partition_is_sparks_pmod_of_the_hash():
