@@ -30,7 +30,7 @@ from penumbra.keyed import GroupState, step
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
-from .routing import CONTROL, compiled, unpack
+from .routing import CONTROL, compiled, settle_heap, unpack
 
 __all__ = ["GroupProcessor", "OUTPUT", "encode"]
 
@@ -68,26 +68,30 @@ class GroupProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("group", _STATE)
+        settle_heap()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        frame = pd.concat(list(rows), ignore_index=True)
-        query_id, group = str(key[0]), int(key[1])
+        # the group's events and its operator are gone, freed as they go out of use,
+        # before the collector runs again (:func:`~penumbra.events.collector_paused`)
+        with collector_paused():
+            out = self._handle(str(key[0]), int(key[1]), pd.concat(list(rows), ignore_index=True))
+        if out is not None:
+            yield out
+
+    def _handle(self, query_id: str, group: int, frame: pd.DataFrame) -> pd.DataFrame | None:
+        """The output rows of one key's rows of the batch (``None``: nothing to say)."""
         if (query_id, group) == CONTROL:
-            yield frame[_COLUMNS]
-            return
+            return frame[_COLUMNS]
         kinds = frame["kind"]
         if (kinds == "d").any():
             dropped = self.state.exists()
             self.state.clear()
-            if dropped:
-                yield _frame([(query_id, group, "g", -1, encode({"dropped": True}), None)])
-            return
+            return _frame([(query_id, group, "g", -1, encode({"dropped": True}), None)]) if dropped else None
         registry = compiled(self.url, self.prefix, int(frame["registry"].max()), self.groups)
         query = registry.queries.get(query_id)
         if query is None:
-            return
-        with collector_paused():
-            events = [parse_event_line(line, registry.streams) for line in unpack(frame.loc[kinds == "b", "data"])]
+            return None
+        events = [parse_event_line(line, registry.streams) for line in unpack(frame.loc[kinds == "b", "data"])]
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         end = any(tick["end"] for tick in ticks)
@@ -99,14 +103,14 @@ class GroupProcessor(StatefulProcessor):
                              clock, threshold=query.entry.get("threshold"), end=end)
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))
         if result is None:
-            return
+            return None
         out = [(query_id, group, "m", -1, encode(m.to_json()), None) for m in result.matches]
         out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
                                                    "reason": late.reason}), None) for late in result.late]
         out.append((query_id, group, "o", -1, encode(result.observations), None))
         out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot), "end": end,
                                                      "partition": TaskContext.get().partitionId()}), None))
-        yield _frame(out)
+        return _frame(out)
 
     def close(self) -> None:
         pass

@@ -13,7 +13,11 @@ evenly on them (:mod:`spark_jobs.placement`).
 
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
 driver: one server-side script walks at most ``max_rows`` entries and returns only the
-last id and the ids that split the batch into read partitions. Executors read their
+last id and the ids that split the batch into read partitions. When a batch is full
+(more entries wait), the walk over the batch after it starts at once in the background
+(:class:`_Ahead`), while the executors read and route this one: the entries of a full
+walk are fixed (ids only grow, and only committed entries are trimmed), so the next
+``latestOffset`` takes its result and reads only the registry version. Executors read their
 id range in ``read`` (connections are opened there, never pickled). A restart from the
 checkpoint replays a planned batch with its own end offset and registry version, so it
 reads exactly the same rows and routes them by the same registry.
@@ -21,6 +25,7 @@ reads exactly the same rows and routes them by the same registry.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 import pyarrow as pa
@@ -28,7 +33,9 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from .routing import ROUTED, Router
+from penumbra.events import collector_paused
+
+from .routing import ROUTED, Router, settle_heap
 from .store import Keys
 
 __all__ = ["IngestSource", "SCHEMA"]
@@ -95,6 +102,7 @@ class IngestReader(DataSourceStreamReader):
         self.groups = int(options["groups"]) if "groups" in options else None
         self.placed = int(options.get("placed", 0))
         self.plan = None
+        self.ahead: _Ahead | None = None
 
     def initialOffset(self) -> dict:
         return {"id": "0-0", "n": 0, "registry": 0, "splits": []}
@@ -109,14 +117,30 @@ class IngestReader(DataSourceStreamReader):
         rows = self.max_rows if not isinstance(limit, ReadMaxRows) else limit.max_rows
         if isinstance(limit, ReadAllAvailable):
             rows = max(rows, int(client.xlen(self.keys.ingest)))
-        found = self.plan(keys=[self.keys.ingest, self.keys.version], args=[start["id"], rows, self.parts])
-        registry, count = int(found[0]), int(found[1])
+        walk = (start["id"], rows, self.parts)
+        ahead, self.ahead = self.ahead, None
+        found = ahead.result() if ahead is not None and ahead.walk == walk else None
+        if found is not None and int(found[1]) == rows:
+            # a full walk done ahead: its entries stand; the registry is read now, as the
+            # script would (an event appended after a registry change is routed by it)
+            registry = int(client.get(self.keys.version) or 0)
+        else:
+            found = self._walk(client, walk)
+            registry = int(found[0])
+        count = int(found[1])
         if count == 0:
             return start if registry == start["registry"] else {**start, "registry": registry, "splits": []}
         stops = [s.decode() for s in found[2:]]
         ordinals = [start["n"] + count * (part + 1) // len(stops) for part in range(len(stops))]
+        if count == rows:
+            self.ahead = _Ahead(self, client, (stops[-1], rows, self.parts))
         return {"id": stops[-1], "n": start["n"] + count, "registry": registry,
                 "splits": [[s, n] for s, n in zip(stops, ordinals)]}
+
+    def _walk(self, client: redis.Redis, walk: tuple[str, int, int]) -> list:
+        """The plan script's answer for ``(after id, at most rows, parts)``."""
+        after, rows, parts = walk
+        return self.plan(keys=[self.keys.ingest, self.keys.version], args=[after, rows, parts], client=client)
 
     def partitions(self, start: dict, end: dict) -> list[Range]:
         if start == end:
@@ -128,6 +152,7 @@ class IngestReader(DataSourceStreamReader):
         return [Range(lo[0], hi[0], lo[1] + 1, end["registry"]) for lo, hi in zip(bounds, bounds[1:])]
 
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:
+        settle_heap()
         router = Router(self.url, self.keys.prefix, self.groups, self.placed) if self.groups is not None else None
         for seqs, ids, fields, data in self._entries(partition):
             if router is None:
@@ -139,26 +164,29 @@ class IngestReader(DataSourceStreamReader):
             yield _routed(router.close(partition.registry))
 
     def _entries(self, partition: Range) -> Iterator[tuple[list, list, list, list]]:
-        """The partition's entries in chunks: ordinals, ids, fields and payloads."""
+        """The partition's entries in chunks: ordinals, ids, fields and payloads. XRANGE's
+        reply is taken as it comes (no dict per entry), with the collector paused while a
+        chunk is taken apart (:func:`~penumbra.events.collector_paused`)."""
         if partition.start == partition.stop:
             return
         client = redis.Redis.from_url(self.url)
+        client.set_response_callback("XRANGE", _as_sent)
         try:
             after, seq = partition.start, partition.first
             while True:
-                entries = client.xrange(self.keys.ingest, f"({after}", partition.stop, count=READ_CHUNK)
-                if not entries:
+                with collector_paused():
+                    entries = client.xrange(self.keys.ingest, f"({after}", partition.stop, count=READ_CHUNK)
+                    ids = [entry_id.decode() for entry_id, _ in entries]
+                    # an entry has one field (``e`` or ``c``); of several, the first counts
+                    fields = [values[0].decode("ascii", "replace") if values else "?" for _, values in entries]
+                    data = [values[1] if values else b"" for _, values in entries]
+                    del entries
+                if not ids:
                     break
-                ids, fields, data = [], [], []
-                for entry_id, values in entries:
-                    field, payload = next(iter(values.items())) if values else (b"?", b"")
-                    ids.append(entry_id.decode())
-                    fields.append(field.decode("ascii", "replace"))
-                    data.append(payload)
                 yield list(range(seq, seq + len(ids))), ids, fields, data
                 seq += len(ids)
                 after = ids[-1]
-                if len(entries) < READ_CHUNK:
+                if len(ids) < READ_CHUNK:
                     break
         finally:
             client.close()
@@ -167,6 +195,33 @@ class IngestReader(DataSourceStreamReader):
         """Entries before a committed batch's end are never read again: trim them."""
         if end["id"] != "0-0":
             _client(self.url).xtrim(self.keys.ingest, minid=end["id"], approximate=True)
+
+
+class _Ahead:
+    """The walk over the batch after a full one, in a thread of the driver's source process
+    while the executors work; :meth:`result` waits for it, ``None`` if it failed (then
+    ``latestOffset`` walks as if nothing had been done ahead)."""
+
+    def __init__(self, reader: IngestReader, client: redis.Redis, walk: tuple[str, int, int]):
+        self.walk = walk
+        self.found: list | None = None
+        self.thread = threading.Thread(target=self._run, args=(reader, client), name="penumbra-plan-ahead",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, reader: IngestReader, client: redis.Redis) -> None:
+        try:
+            self.found = reader._walk(client, self.walk)
+        except redis.RedisError:
+            self.found = None
+
+    def result(self) -> list | None:
+        self.thread.join()
+        return self.found
+
+
+def _as_sent(response, **options):
+    return response
 
 
 def _routed(rows: list[tuple]) -> pa.RecordBatch:
