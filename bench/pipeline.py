@@ -107,17 +107,19 @@ def batch_metrics(client: redis.Redis, keys: Keys, after: str = "-") -> list[dic
 
 def core_alone(lines: list[str], batch_rows: int, streams: dict = STREAMS, query: str = QUERY) -> float:
     """Events/s of the core on one core: parse and run the query over the same events in
-    blocks, no Spark, no Redis."""
+    blocks, no Spark, no Redis; the cyclic collector paused over each block, as in the job."""
     from penumbra.engine import build_operator
-    from penumbra.events import parse_events, parse_streams
+    from penumbra.events import collector_paused, parse_events, parse_streams
     from penumbra.query import parse
 
     parsed = parse_streams(streams)
     operator = build_operator(parse(query), parsed)
     started = time.perf_counter()
     for first in range(0, len(lines), batch_rows):
-        events, _ = parse_events(lines[first:first + batch_rows], parsed)
-        operator.feed(events)
+        with collector_paused():
+            events, _ = parse_events(lines[first:first + batch_rows], parsed)
+            operator.feed(events)
+            del events
     operator.flush()
     return len(lines) / (time.perf_counter() - started)
 
