@@ -13,11 +13,7 @@ evenly on them (:mod:`spark_jobs.placement`).
 
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
 driver: one server-side script walks at most ``max_rows`` entries and returns only the
-last id and the ids that split the batch into read partitions. When a batch is full
-(more entries wait), the walk over the batch after it starts at once in the background
-(:class:`_Ahead`), while the executors read and route this one: the entries of a full
-walk are fixed (ids only grow, and only committed entries are trimmed), so the next
-``latestOffset`` takes its result and reads only the registry version. Executors read their
+last id and the ids that split the batch into read partitions. Executors read their
 id range in ``read`` (connections are opened there, never pickled). A restart from the
 checkpoint replays a planned batch with its own end offset and registry version, so it
 reads exactly the same rows and routes them by the same registry.
@@ -25,7 +21,6 @@ reads exactly the same rows and routes them by the same registry.
 
 from __future__ import annotations
 
-import threading
 from typing import Iterator
 
 import pyarrow as pa
@@ -102,7 +97,6 @@ class IngestReader(DataSourceStreamReader):
         self.groups = int(options["groups"]) if "groups" in options else None
         self.placed = int(options.get("placed", 0))
         self.plan = None
-        self.ahead: _Ahead | None = None
 
     def initialOffset(self) -> dict:
         return {"id": "0-0", "n": 0, "registry": 0, "splits": []}
@@ -117,30 +111,14 @@ class IngestReader(DataSourceStreamReader):
         rows = self.max_rows if not isinstance(limit, ReadMaxRows) else limit.max_rows
         if isinstance(limit, ReadAllAvailable):
             rows = max(rows, int(client.xlen(self.keys.ingest)))
-        walk = (start["id"], rows, self.parts)
-        ahead, self.ahead = self.ahead, None
-        found = ahead.result() if ahead is not None and ahead.walk == walk else None
-        if found is not None and int(found[1]) == rows:
-            # a full walk done ahead: its entries stand; the registry is read now, as the
-            # script would (an event appended after a registry change is routed by it)
-            registry = int(client.get(self.keys.version) or 0)
-        else:
-            found = self._walk(client, walk)
-            registry = int(found[0])
-        count = int(found[1])
+        found = self.plan(keys=[self.keys.ingest, self.keys.version], args=[start["id"], rows, self.parts])
+        registry, count = int(found[0]), int(found[1])
         if count == 0:
             return start if registry == start["registry"] else {**start, "registry": registry, "splits": []}
         stops = [s.decode() for s in found[2:]]
         ordinals = [start["n"] + count * (part + 1) // len(stops) for part in range(len(stops))]
-        if count == rows:
-            self.ahead = _Ahead(self, client, (stops[-1], rows, self.parts))
         return {"id": stops[-1], "n": start["n"] + count, "registry": registry,
                 "splits": [[s, n] for s, n in zip(stops, ordinals)]}
-
-    def _walk(self, client: redis.Redis, walk: tuple[str, int, int]) -> list:
-        """The plan script's answer for ``(after id, at most rows, parts)``."""
-        after, rows, parts = walk
-        return self.plan(keys=[self.keys.ingest, self.keys.version], args=[after, rows, parts], client=client)
 
     def partitions(self, start: dict, end: dict) -> list[Range]:
         if start == end:
@@ -195,29 +173,6 @@ class IngestReader(DataSourceStreamReader):
         """Entries before a committed batch's end are never read again: trim them."""
         if end["id"] != "0-0":
             _client(self.url).xtrim(self.keys.ingest, minid=end["id"], approximate=True)
-
-
-class _Ahead:
-    """The walk over the batch after a full one, in a thread of the driver's source process
-    while the executors work; :meth:`result` waits for it, ``None`` if it failed (then
-    ``latestOffset`` walks as if nothing had been done ahead)."""
-
-    def __init__(self, reader: IngestReader, client: redis.Redis, walk: tuple[str, int, int]):
-        self.walk = walk
-        self.found: list | None = None
-        self.thread = threading.Thread(target=self._run, args=(reader, client), name="penumbra-plan-ahead",
-                                       daemon=True)
-        self.thread.start()
-
-    def _run(self, reader: IngestReader, client: redis.Redis) -> None:
-        try:
-            self.found = reader._walk(client, self.walk)
-        except redis.RedisError:
-            self.found = None
-
-    def result(self) -> list | None:
-        self.thread.join()
-        return self.found
 
 
 def _as_sent(response, **options):

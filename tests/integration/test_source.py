@@ -1,6 +1,6 @@
-"""The source's batch plan against a real Redis, without Spark: each ``latestOffset`` ends
-its batch exactly where a count over the whole ingest stream says, whether the walk was
-done ahead in the background or not, and reads the registry version as of the call."""
+"""The source against a real Redis, without Spark: each ``latestOffset`` ends its batch
+exactly where a count over the whole ingest stream says, with the registry version as of
+the call, and the read partitions give back every entry once, numbered in stream order."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import redis
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+import spark_jobs.source
 from spark_jobs.source import IngestReader
 from spark_jobs.store import Keys, Registry
 
@@ -45,15 +46,14 @@ def expected(ids: list[str], start: dict, registry: int) -> dict:
     parts = min(PARTS, len(batch))
     ends = [len(batch) * part // parts for part in range(1, parts + 1)]
     return {"id": batch[-1], "n": start["n"] + len(batch), "registry": registry,
-            "splits": [[batch[end - 1], start["n"] + len(batch) * part // parts]
-                       for part, end in enumerate(ends, start=1)]}
+            "splits": [[batch[end - 1], start["n"] + end] for end in ends]}
 
 
 def reader_for(url: str, keys: Keys) -> IngestReader:
     return IngestReader({"url": url, "prefix": keys.prefix, "maxrows": str(ROWS), "parts": str(PARTS)})
 
 
-def test_batches_end_where_the_stream_says_with_the_walk_done_ahead(redis_server, keys):
+def test_batches_end_where_the_stream_says(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
     registry = Registry(client, keys)
     registry.put_streams({"s": {"max_delay": 1}})
@@ -65,17 +65,10 @@ def test_batches_end_where_the_stream_says_with_the_walk_done_ahead(redis_server
         end = reader.latestOffset(start, ReadMaxRows(ROWS))
         ids = [entry_id.decode() for entry_id, _ in client.xrange(keys.ingest)]
         assert end == expected(ids, start, registry.version()), f"batch {step}"
-        # a fresh reader, with nothing walked ahead, plans the same batch
-        assert reader_for(redis_server.url, keys).latestOffset(start, ReadMaxRows(ROWS)) == end
-        full = end["n"] - start["n"] == ROWS
-        assert (reader.ahead is not None) == full
-        if reader.ahead is not None:
-            reader.ahead.thread.join()
         if step == 1:
-            # the walk ahead saw 234 entries, not a full batch; more arrive before the next plan
             append(client, keys, 900)
         if step == 2:
-            # the registry moves after the walk ahead was done: the next batch routes by it
+            # the registry moves between two plans: the next batch routes by it
             registry.put_streams({"t": {"max_delay": 1}})
         seen.append(end["n"] - start["n"])
         start = end
@@ -84,15 +77,25 @@ def test_batches_end_where_the_stream_says_with_the_walk_done_ahead(redis_server
     client.close()
 
 
-def test_a_walk_ahead_for_another_start_is_not_used(redis_server, keys):
+def test_the_partitions_read_every_entry_once_in_order(redis_server, keys, monkeypatch):
+    # chunks of 7 entries, so a partition takes several round trips
+    monkeypatch.setattr(spark_jobs.source, "READ_CHUNK", 7)
     client = redis.Redis.from_url(redis_server.url)
-    append(client, keys, 2 * ROWS + 10)
+    append(client, keys, 40)
+    client.xadd(keys.ingest, {"c": b'{"end": []}'})
+    client.xadd(keys.ingest, {"x": b"first", "e": b"second"})
+    append(client, keys, 9)
+    stream = client.xrange(keys.ingest)
     reader = reader_for(redis_server.url, keys)
-    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(ROWS))
-    assert reader.ahead is not None and reader.ahead.walk[0] == first["id"]
-    # Spark asks again from the same start (the batch was not run): the same batch
-    assert reader.latestOffset(reader.initialOffset(), ReadMaxRows(ROWS)) == first
-    second = reader.latestOffset(first, ReadMaxRows(ROWS))
-    ids = [entry_id.decode() for entry_id, _ in client.xrange(keys.ingest)]
-    assert second == expected(ids, first, 0)
+    start = reader.initialOffset()
+    rows = []
+    while (end := reader.latestOffset(start, ReadMaxRows(ROWS))) != start:
+        for partition in reader.partitions(start, end):
+            for batch in reader.read(partition):
+                rows += batch.to_pylist()
+        start = end
+    assert [(row["seq"], row["entry"], row["field"], row["data"]) for row in rows] == [
+        (n, entry_id.decode(), next(iter(values)).decode(), next(iter(values.values())))
+        for n, (entry_id, values) in enumerate(stream, start=1)]
+    assert rows[41]["field"] == "x" and rows[41]["data"] == b"first"
     client.close()
