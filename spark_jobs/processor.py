@@ -25,7 +25,8 @@ from pyspark import TaskContext
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from penumbra.events import collector_paused, parse_event_line
+from penumbra.errors import ValidationError
+from penumbra.events import collector_paused, parse_event_lines
 from penumbra.keyed import GroupState, step
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
@@ -91,7 +92,10 @@ class GroupProcessor(StatefulProcessor):
         query = registry.queries.get(query_id)
         if query is None:
             return None
-        events = [parse_event_line(line, registry.streams) for line in unpack(frame.loc[kinds == "b", "data"])]
+        events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
+        for event in events:
+            if isinstance(event, ValidationError):
+                raise event  # the router let the line through with these very streams
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         end = any(tick["end"] for tick in ticks)

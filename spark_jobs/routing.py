@@ -32,7 +32,7 @@ import redis
 
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
-from penumbra.events import Streams, collector_paused, parse_event_line, parse_streams
+from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
@@ -140,6 +140,8 @@ class Router:
         rows: list[tuple] = []
         by_query: dict[str, list] = {}
         blocks: dict[tuple[str, int], tuple[list, list]] = {}
+        entries = list(entries)
+        parsed = iter(parse_event_lines([data for _, _, field, data in entries if field == "e"], registry.streams))
         for seq, entry, field, data in entries:
             if field == "c":
                 self.ended.update(_end_mark(data, registry))
@@ -148,10 +150,9 @@ class Router:
             if field != "e":
                 _reject(rows, seq, entry, f"unknown entry field {field!r} (expected 'e', an event)", data, version)
                 continue
-            try:
-                event = parse_event_line(data, registry.streams)
-            except ValidationError as error:
-                _reject(rows, seq, entry, str(error), data, version)
+            event = next(parsed)
+            if isinstance(event, ValidationError):
+                _reject(rows, seq, entry, str(event), data, version)
                 continue
             for query in registry.readers.get(event.stream.casefold(), ()):
                 by_query.setdefault(query.entry["id"], []).append(event)

@@ -44,18 +44,36 @@ READ_CHUNK = 10_000
 # (KEYS[2]), their count and the ids that end each of ARGV[3] nearly equal parts (the last
 # one ends the batch). One script, so the version is the one in force when the last entry
 # of the batch was appended: an event appended after a registry change is routed by it.
+# The walk goes in chunks of WALK_CHUNK entries and keeps only where each chunk starts:
+# Redis hands a script every entry it reads as Lua tables, and one table of a whole batch
+# took twice as long (a batch of 100,000: 120-150 ms against 65-70 ms). A part's last id is
+# then read from its chunk.
 _PLAN = """
 local version = redis.call('GET', KEYS[2]) or '0'
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
-local count = #entries
+local wanted, chunk = tonumber(ARGV[2]), tonumber(ARGV[4])
+local starts, after, count = {}, ARGV[1], 0
+while count < wanted do
+  local take = math.min(chunk, wanted - count)
+  local entries = redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', take)
+  if #entries == 0 then break end
+  starts[#starts + 1] = after
+  count = count + #entries
+  after = entries[#entries][1]
+  if #entries < take then break end
+end
 local out = {version, count}
 if count == 0 then return out end
 local parts = math.max(1, math.min(tonumber(ARGV[3]), count))
 for part = 1, parts do
-  out[#out + 1] = entries[math.floor(count * part / parts)][1]
+  local last = math.floor(count * part / parts)
+  local index = math.floor((last - 1) / chunk)
+  local within = last - index * chunk
+  local entries = redis.call('XRANGE', KEYS[1], '(' .. starts[index + 1], '+', 'COUNT', within)
+  out[#out + 1] = entries[within][1]
 end
 return out
 """
+WALK_CHUNK = 500
 
 _clients: dict[str, redis.Redis] = {}
 
@@ -111,7 +129,7 @@ class IngestReader(DataSourceStreamReader):
         rows = self.max_rows if not isinstance(limit, ReadMaxRows) else limit.max_rows
         if isinstance(limit, ReadAllAvailable):
             rows = max(rows, int(client.xlen(self.keys.ingest)))
-        found = self.plan(keys=[self.keys.ingest, self.keys.version], args=[start["id"], rows, self.parts])
+        found = self.plan(keys=[self.keys.ingest, self.keys.version], args=[start["id"], rows, self.parts, WALK_CHUNK])
         registry, count = int(found[0]), int(found[1])
         if count == 0:
             return start if registry == start["registry"] else {**start, "registry": registry, "splits": []}

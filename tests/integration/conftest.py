@@ -39,6 +39,20 @@ def redis_server():
         server.stop()
 
 
+@pytest.fixture
+def keys(redis_server):
+    """Redis keys under a prefix of their own; they go when the test ends, also when it fails."""
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys(f"pn-test-{uuid.uuid4().hex[:8]}")
+    try:
+        yield keys
+    finally:
+        found = client.keys(f"{keys.prefix}:*")
+        if found:
+            client.delete(*found)
+        client.close()
+
+
 def lines_of(events) -> list:
     """Events (objects, JSON-ready dicts, or entries as they are: str or bytes) as ingest entries."""
     return [e if isinstance(e, (str, bytes)) else json.dumps(event_to_json(e) if isinstance(e, Event) else e)

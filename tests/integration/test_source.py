@@ -4,7 +4,6 @@ the call, and the read partitions give back every entry once, numbered in stream
 
 from __future__ import annotations
 
-import uuid
 
 import pytest
 import redis
@@ -15,20 +14,6 @@ from spark_jobs.source import IngestReader
 from spark_jobs.store import Keys, Registry
 
 ROWS, PARTS = 500, 3
-
-
-@pytest.fixture
-def keys(redis_server):
-    """Keys of their own; they go when the test ends, also when it fails."""
-    client = redis.Redis.from_url(redis_server.url)
-    keys = Keys(f"pn-source-{uuid.uuid4().hex[:8]}")
-    try:
-        yield keys
-    finally:
-        found = client.keys(f"{keys.prefix}:*")
-        if found:
-            client.delete(*found)
-        client.close()
 
 
 def append(client: redis.Redis, keys: Keys, count: int) -> None:
@@ -53,7 +38,11 @@ def reader_for(url: str, keys: Keys) -> IngestReader:
     return IngestReader({"url": url, "prefix": keys.prefix, "maxrows": str(ROWS), "parts": str(PARTS)})
 
 
-def test_batches_end_where_the_stream_says(redis_server, keys):
+@pytest.mark.parametrize("walk_chunk", [1, 7, 64, 500])
+def test_batches_end_where_the_stream_says(redis_server, keys, monkeypatch, walk_chunk):
+    # the plan walks in chunks and finds each part's end in its chunk: chunks smaller than a
+    # part, not dividing the batch, and as large as the batch
+    monkeypatch.setattr(spark_jobs.source, "WALK_CHUNK", walk_chunk)
     client = redis.Redis.from_url(redis_server.url)
     registry = Registry(client, keys)
     registry.put_streams({"s": {"max_delay": 1}})

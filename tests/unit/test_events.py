@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 from penumbra import events as events_module
 from penumbra.errors import ValidationError
 from penumbra.events import (
-    MAX_ATTRS, Streams, event_to_json, loads, parse_event, parse_event_line, parse_events, parse_streams, read_events)
+    MAX_ATTRS, Streams, event_to_json, loads, parse_event, parse_event_line, parse_event_lines, parse_events, parse_streams,
+    read_events)
 from penumbra.timestamps import Histogram, Interval
 
 STREAMS = {"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]},
@@ -377,3 +378,57 @@ def test_attributes_of_a_caller_object_are_copied(streams):
     again = parse_event(obj, streams)
     obj["attrs"]["v"] = 2
     assert e.attrs["v"] == 1 and again.attrs["v"] == 1
+
+
+def one_by_one(raw, streams):
+    """What :func:`parse_event_line` (or :func:`parse_event`, for an object) says of ``raw``
+    alone: the event with its attributes' types and its timestamp's exact floats, or the error."""
+    try:
+        e = parse_event(raw, streams) if isinstance(raw, dict) else parse_event_line(raw, streams)
+    except ValidationError as error:
+        return "rejected", error.field, error.message
+    return described(e)
+
+
+def described(e):
+    ts = e.ts
+    exact = (ts.edges.tobytes(), ts.probs.tobytes()) if isinstance(ts, Histogram) else (ts.lo, ts.hi, ts.pmf)
+    return ("event", e, {key: type(value) for key, value in e.attrs.items()}, type(ts), exact,
+            e.template, type(e.detected), e.detected)
+
+
+def as_json(obj) -> str:
+    return json.dumps(obj, allow_nan=True, default=lambda value: value.item())
+
+
+template_lines = st.builds(
+    lambda stream, n, template, detected, attrs: json.dumps(
+        {"stream": stream, "id": f"e{n}", "ts": {"detected": detected, "template": template}, "attrs": attrs}),
+    st.sampled_from(["seismic", "SEISMIC", "acoustic"]), st.integers(0, 5), st.sampled_from(["s1", "s2", "s3"]),
+    st.one_of(st.integers(-10 ** 6, 10 ** 6), st.floats(-1e9, 1e9), st.sampled_from([1e308, -1e308, 0.1, -0.0])),
+    st.dictionaries(st.sampled_from(["v", "w"]), st.one_of(st.integers(), st.floats(allow_nan=False), st.text(max_size=3)),
+                    max_size=2))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(template_lines, template_lines.map(str.encode), json_texts, near_events,
+                          near_events.map(as_json), near_events.map(lambda obj: as_json(obj).encode())), max_size=16))
+def test_a_block_reads_as_its_lines_one_by_one(raws):
+    """The block parser gives, in each input's place, what parsing that input alone gives:
+    the same event to the last bit of its timestamp, or the same error."""
+    streams = parse_streams(STREAMS)
+    block = parse_event_lines(raws, streams)
+    assert len(block) == len(raws)
+    for raw, parsed in zip(raws, block):
+        got = ("rejected", parsed.field, parsed.message) if isinstance(parsed, ValidationError) else described(parsed)
+        assert got == one_by_one(raw, streams)
+
+
+def test_a_block_resolves_each_template_once_for_all_its_events(streams):
+    lines = [json.dumps({"stream": "seismic", "id": f"s{n}", "ts": {"detected": 100 + n, "template": "s1"}})
+             for n in range(5)] + [line(id="i")]
+    block = parse_event_lines(lines, streams)
+    assert [e.ts.edges.tolist() for e in block[:5]] == [[60.0 + n, 80.0 + n, 90.0 + n, 100.0 + n] for n in range(5)]
+    assert block[5].ts == Interval(100.0, 120.0)
+    assert all(e.ts.probs is streams["seismic"].templates["s1"].probs for e in block[:5])
+    assert all(not e.ts.edges.flags.writeable for e in block[:5])
