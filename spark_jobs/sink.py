@@ -30,6 +30,20 @@ __all__ = ["Sink"]
 
 log = logging.getLogger("penumbra.job")
 
+#: Appends a query's matches of one batch to its result stream (KEYS[1], capped at about
+#: ARGV[1] entries), each as ``{m: match JSON, b: batch id (ARGV[2]), g: key group}`` from the
+#: pairs that follow. One command for thousands of matches: an XADD each in the
+#: transaction cost redis-py a queued reply each, three times the time of the script
+#: (12,000 matches: 64-76 ms against 21-23 ms).
+_APPEND_MATCHES = """
+local stream, maxlen, batch = KEYS[1], ARGV[1], ARGV[2]
+for i = 3, #ARGV, 2 do
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1])
+end
+return (#ARGV - 2) / 2
+"""
+MATCHES_PER_CALL = 10_000
+
 
 class Sink:
     """``writeStream.foreachBatch(Sink(...))``; ``job`` names the checkpoint whose batch
@@ -60,6 +74,13 @@ class Sink:
             return
         started = time.perf_counter()
         rows = frame.toPandas()
+        self.timings[batch_id] = {"sink_plan": round((time.perf_counter() - started) * 1000, 1)}
+        self.write(rows, batch_id)
+
+    def write(self, rows, batch_id: int) -> None:
+        """Writes the rows of a batch (a pandas frame of :data:`~spark_jobs.processor.OUTPUT`)
+        and the committed-batch marker in one MULTI/EXEC."""
+        keys, client = self.keys, self.client
         executed = time.perf_counter()
         now = time.time()
         matches: dict[str, list] = defaultdict(list)
@@ -89,9 +110,12 @@ class Sink:
                 for query in observations}
         pipe = client.pipeline(transaction=True)
         for query, found in matches.items():
-            stream = keys.matches(query)
-            for data, group in found:
-                pipe.xadd(stream, {"m": data, "b": batch_id, "g": group}, maxlen=self.result_maxlen, approximate=True)
+            for start in range(0, len(found), MATCHES_PER_CALL):
+                args: list = [self.result_maxlen, batch_id]
+                for data, group in found[start:start + MATCHES_PER_CALL]:
+                    args += (data, group)
+                # EVAL, not EVALSHA: a script Redis does not know would fail inside EXEC alone
+                pipe.eval(_APPEND_MATCHES, 1, keys.matches(query), *args)
         for query, by_group in observations.items():
             groups = kept[query]
             for group, observed in by_group.items():
@@ -121,8 +145,7 @@ class Sink:
             "batch": batch_id, "at": now, "matches": {q: len(m) for q, m in matches.items()},
             "observations": sorted(observations), "dead": len(dead)}))
         pipe.execute()
-        self.timings[batch_id] = {"sink_plan": round((executed - started) * 1000, 1),
-                                  "sink_redis": round((time.perf_counter() - executed) * 1000, 1)}
+        self.timings.setdefault(batch_id, {})["sink_redis"] = round((time.perf_counter() - executed) * 1000, 1)
         for old in [b for b in self.timings if b < batch_id - 16]:
             del self.timings[old]
         log.info("batch %d: %d matches, %d dead letters written", batch_id,

@@ -1,0 +1,53 @@
+"""The sink's writes in a real Redis, without Spark: a batch's matches in its query's result
+stream, in order, with their batch and key group, however many calls they take, and the
+committed-batch marker with them."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import redis
+
+import spark_jobs.sink
+from spark_jobs.processor import OUTPUT
+from spark_jobs.sink import Sink
+
+
+COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
+
+
+def match_rows(query: str, count: int, salt: str) -> list[tuple]:
+    return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(), None)
+            for n in range(count)]
+
+
+@pytest.mark.parametrize("per_call", [1, 7, 10_000])
+def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, keys, monkeypatch, per_call):
+    monkeypatch.setattr(spark_jobs.sink, "MATCHES_PER_CALL", per_call)
+    client = redis.Redis.from_url(redis_server.url)
+    sink = Sink(redis_server.url, keys, "job-1", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
+    first = match_rows("q1", 23, "a") + match_rows("q2", 5, "b")
+    sink.write(pd.DataFrame(first, columns=COLUMNS), 3)
+    sink.write(pd.DataFrame(match_rows("q1", 9, "c"), columns=COLUMNS), 4)
+    for query, expected in (("q1", [(row, 3) for row in first[:23]] + [(row, 4) for row in match_rows("q1", 9, "c")]),
+                            ("q2", [(row, 3) for row in first[23:]])):
+        entries = [fields for _, fields in client.xrange(keys.matches(query))]
+        assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode()}
+                           for row, batch in expected]
+    assert int(client.hget(keys.batches, "job-1")) == 4
+    assert int(client.hget(keys.counts, "matches")) == 23 + 5 + 9
+    client.close()
+
+
+def test_result_streams_stay_capped(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    sink = Sink(redis_server.url, keys, "job-1", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
+    for batch in range(5):
+        sink.write(pd.DataFrame(match_rows("q1", 400, f"x{batch}"), columns=COLUMNS), batch)
+    # MAXLEN ~ trims whole nodes of the stream: about the cap, never the 2,000 written
+    assert 100 <= client.xlen(keys.matches("q1")) < 400
+    last = client.xrevrange(keys.matches("q1"), count=1)[0][1]
+    assert json.loads(last[b"m"])["left"] == "x4399"
+    client.close()
