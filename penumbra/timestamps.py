@@ -282,14 +282,22 @@ class HistogramBlock:
     @classmethod
     def from_histograms(cls, histograms: Iterable[Histogram], buckets: int | None = None) -> HistogramBlock:
         histograms = list(histograms)
-        width = max([h.buckets for h in histograms] + [buckets or 1])
+        counts = [len(h.probs) for h in histograms]
+        width = max(counts + [buckets or 1])
         edges = np.empty((width + 1, len(histograms)))
         probs = np.zeros((width, len(histograms)))
-        for col, h in enumerate(histograms):
-            n = h.buckets
-            edges[: n + 1, col] = h.edges
-            edges[n + 1:, col] = h.edges[-1]
-            probs[:n, col] = h.probs
+        # the histograms of each bucket count copied in together: one concatenation of their
+        # arrays rather than three small copies per histogram
+        by_count: dict[int, list[int]] = {}
+        for col, n in enumerate(counts):
+            by_count.setdefault(n, []).append(col)
+        for n, cols in by_count.items():
+            group = [histograms[col] for col in cols]
+            columns = slice(None) if len(cols) == len(histograms) else cols
+            group_edges = np.concatenate([h.edges for h in group]).reshape(len(group), n + 1).T
+            edges[: n + 1, columns] = group_edges
+            edges[n + 1:, columns] = group_edges[-1]
+            probs[:n, columns] = np.concatenate([h.probs for h in group]).reshape(len(group), n).T
         return cls(edges, probs)
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import redis
@@ -51,3 +52,16 @@ def test_result_streams_stay_capped(redis_server, keys):
     last = client.xrevrange(keys.matches("q1"), count=1)[0][1]
     assert json.loads(last[b"m"])["left"] == "x4399"
     client.close()
+
+
+def test_results_are_encoded_as_plain_json():
+    from spark_jobs.processor import encode
+
+    value = {"p": np.float64(0.25), "n": np.int64(3), "edges": np.array([1.0, np.inf]), "none": float("nan"),
+             "by_group": {0: 1, 2: (True, None)}, "late": -float("inf")}
+    plain = {"p": 0.25, "n": 3, "edges": [1.0, None], "none": None, "by_group": {"0": 1, "2": [True, None]},
+             "late": None}
+    assert json.loads(encode(value)) == plain
+    # an integer wider than 64 bits is written exactly too (by the json module)
+    assert json.loads(encode({**value, "wide": 2 ** 70})) == {**plain, "wide": 2 ** 70}
+    assert b" " not in encode({"a": [1, 2], "b": {"c": 0.5}})

@@ -117,3 +117,23 @@ def test_blocks_pad_and_round_trip():
     both = HistogramBlock.concat([HistogramBlock.from_histograms(hs[:1]), block])
     assert len(both) == 4 and both.histogram(2) == hs[1]
     assert HistogramBlock.uniform(np.array([0.0]), np.array([2.0])).histogram(0) == Histogram([0, 2], [1])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_block_holds_each_histogram_in_its_column_padded_at_its_max(seed):
+    rng = np.random.default_rng(seed)
+    hs = []
+    for _ in range(int(rng.integers(1, 40))):
+        n = int(rng.choice([1, 2, 3, 5])) if seed % 2 else 3  # mixed bucket counts, or one count for all
+        edges = np.cumsum(rng.uniform(0.1, 5.0, n + 1)) + rng.uniform(-100, 100)
+        hs.append(Histogram(edges, rng.dirichlet(np.ones(n))))
+    least = int(rng.integers(1, 8))
+    block = HistogramBlock.from_histograms(hs, buckets=least)
+    width = max([len(h.probs) for h in hs] + [least])
+    assert block.edges.shape == (width + 1, len(hs)) and block.probs.shape == (width, len(hs))
+    for col, h in enumerate(hs):
+        n = len(h.probs)
+        expected_edges = list(h.edges) + [h.edges[-1]] * (width - n)
+        expected_probs = list(h.probs) + [0.0] * (width - n)
+        assert block.edges[:, col].tolist() == expected_edges
+        assert block.probs[:, col].tolist() == expected_probs
