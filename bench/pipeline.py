@@ -12,7 +12,8 @@ background detections, arriving out of order within the streams' max delay; the 
    and warm: over the later half of those batches, once the JVM has compiled its hot code
    (it does for about the first minute of a job); and where a batch's time goes: Spark's
    stages (``durationMs``) and, inside the sink, the plan's execution (read, route, state)
-   against the Redis writes. The same for the
+   against the Redis writes. Again in batches of twice the job's default cap, as the peer
+   is measured at three caps: each side's best warm rate is compared. The same for the
    shoplifting workload of the lossy-CEP benchmarks (``SEQUENCE(Shelf x, !Counter y, Exit z)``
    over 10,000 tags, bench/lossy_workload.py).
 2. Latency: the events fed at a fixed rate into a running job (after 5 s of other events at
@@ -439,6 +440,14 @@ def main() -> None:
                    f"{ours['events_per_s']:,.0f} events/s (target 20,000); warm (the later "
                    f"{ours['warm_batches']} batches) {ours['warm_events_per_s']:,.0f} events/s")
         report.say(f"  wall from the job's start to the last batch: {ours['wall_s']:.1f} s")
+        # Penumbra at a second cap too, as the peer is measured at three: the fixed cost of a
+        # micro-batch (planning, commits, the sink's transaction) weighs less in a larger one
+        larger = None if args.quick else throughput(lines[:args.events], 2 * args.batch_rows, home / "throughput-2x")
+        if larger is not None:
+            report.say(f"  the same events in batches of {2 * args.batch_rows:,} (twice the default cap): "
+                       f"{larger['events_per_s']:,.0f} events/s after the first batch, warm (the later "
+                       f"{larger['warm_batches']} batches) {larger['warm_events_per_s']:,.0f}; the same pairs: "
+                       f"{larger['pairs'] == ours['pairs']}")
         report.say(f"  the core alone on the same events (parse and join, one process): "
                    f"{core_alone(lines[:args.events], args.batch_rows):,.0f} events/s")
         report.say("  per batch (ms): " + ", ".join(f"{k} {v:,.0f}" for k, v in ours["stages_ms_per_batch"].items()))
@@ -487,9 +496,14 @@ def main() -> None:
         report.say(f"Penumbra {ours_on_peer['events_per_s']:,.0f} events/s on the peer's {len(peer_events):,} events "
                    f"(batches of {args.batch_rows:,}) against the peer's best {theirs['events_per_s']:,.0f}: "
                    f"{ours_on_peer['events_per_s'] / theirs['events_per_s']:.1f}x")
-        report.say(f"warm: Penumbra {ours['warm_events_per_s']:,.0f} events/s against the peer's best warm "
-                   f"{warmest['warm_events_per_s']:,.0f}: "
-                   f"{ours['warm_events_per_s'] / warmest['warm_events_per_s']:.1f}x (target 10x)")
+        report.say(f"warm: Penumbra {ours['warm_events_per_s']:,.0f} events/s (batches of {args.batch_rows:,}) "
+                   f"against the peer's best warm {warmest['warm_events_per_s']:,.0f}: "
+                   f"{ours['warm_events_per_s'] / warmest['warm_events_per_s']:.1f}x")
+        best = max((ours, larger), key=lambda measured: measured["warm_events_per_s"])
+        report.say(f"best against best, warm: Penumbra {best['warm_events_per_s']:,.0f} events/s (batches of "
+                   f"{args.batch_rows * (2 if best is larger else 1):,}) against the peer's "
+                   f"{warmest['warm_events_per_s']:,.0f}: {best['warm_events_per_s'] / warmest['warm_events_per_s']:.1f}x "
+                   f"(target 10x)")
     plot(report, ours, rated, (theirs, warmest), ours_on_peer, lossy)
 
 
