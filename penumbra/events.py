@@ -541,13 +541,16 @@ def collector_paused():
             gc.enable()
 
 
-def _admit(event: Event, seen: set[tuple[str, str]]) -> Event:
-    """``event``, unless its id was already seen in its stream."""
-    key = (event.stream.casefold(), event.id)
+def _admit(parsed: Event | ValidationError, seen: set[tuple[str, str]]) -> Event | ValidationError:
+    """A parsed event, unless its id was already seen in its stream (then the error that
+    says so); an error as it is."""
+    if isinstance(parsed, ValidationError):
+        return parsed
+    key = (parsed.stream.casefold(), parsed.id)
     if key in seen:
-        raise ValidationError("id", f"duplicate id {event.id!r} in stream {event.stream!r}")
+        return ValidationError("id", f"duplicate id {parsed.id!r} in stream {parsed.stream!r}")
     seen.add(key)
-    return event
+    return parsed
 
 
 def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
@@ -567,12 +570,11 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     rejected: list[tuple[int, ValidationError]] = []
     seen: set[tuple[str, str]] = set()
     for index, parsed in enumerate(parse_event_lines(raws, streams)):
-        try:
-            if isinstance(parsed, ValidationError):
-                raise parsed
-            events.append(_admit(parsed, seen))
-        except ValidationError as error:
-            rejected.append((index, error))
+        admitted = _admit(parsed, seen)
+        if isinstance(admitted, ValidationError):
+            rejected.append((index, admitted))
+        else:
+            events.append(admitted)
     return events, rejected
 
 
@@ -587,12 +589,11 @@ def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[l
     numbered = ((number, line) for number, line in enumerate(lines, start=1) if line and not line.isspace())
     while block := list(itertools.islice(numbered, _READ_BLOCK)):
         for (number, line), parsed in zip(block, parse_event_lines([line for _, line in block], streams)):
-            try:
-                if isinstance(parsed, ValidationError):
-                    raise parsed
-                events.append(_admit(parsed, seen))
-            except ValidationError as error:
-                rejected.append(Rejected(number, error, line.rstrip("\n")))
+            admitted = _admit(parsed, seen)
+            if isinstance(admitted, ValidationError):
+                rejected.append(Rejected(number, admitted, line.rstrip("\n")))
+            else:
+                events.append(admitted)
     return events, rejected
 
 
