@@ -38,20 +38,25 @@ def reader_for(url: str, keys: Keys) -> IngestReader:
     return IngestReader({"url": url, "prefix": keys.prefix, "maxrows": str(ROWS), "parts": str(PARTS)})
 
 
-@pytest.mark.parametrize("walk_chunk", [1, 7, 64, 500])
-def test_batches_end_where_the_stream_says(redis_server, keys, monkeypatch, walk_chunk):
+@pytest.mark.parametrize("walk_chunk, segment", [(1, 3), (7, 64), (64, 37), (500, 5_000)])
+def test_batches_end_where_the_stream_says(redis_server, keys, monkeypatch, walk_chunk, segment):
     # the plan walks in chunks and finds each part's end in its chunk: chunks smaller than a
-    # part, not dividing the batch, and as large as the batch
+    # part, not dividing the batch, and as large as the batch; the next full batch is walked
+    # in the background in segments, some smaller than a chunk, some not dividing the batch
     monkeypatch.setattr(spark_jobs.source, "WALK_CHUNK", walk_chunk)
+    monkeypatch.setattr(spark_jobs.source, "SEGMENT", segment)
     client = redis.Redis.from_url(redis_server.url)
     registry = Registry(client, keys)
     registry.put_streams({"s": {"max_delay": 1}})
     append(client, keys, 1_234)
     reader = reader_for(redis_server.url, keys)
     start = reader.initialOffset()
-    seen = []
+    seen, walked_before = [], []
     for step in range(8):
+        walked_before.append(reader.next_plan is not None and reader.next_plan.found is not None)
         end = reader.latestOffset(start, ReadMaxRows(ROWS))
+        if reader.next_plan is not None:
+            reader.next_plan.thread.join()  # before the stream grows, so the test knows what it saw
         ids = [entry_id.decode() for entry_id, _ in client.xrange(keys.ingest)]
         assert end == expected(ids, start, registry.version()), f"batch {step}"
         if step == 1:
@@ -62,7 +67,27 @@ def test_batches_end_where_the_stream_says(redis_server, keys, monkeypatch, walk
         seen.append(end["n"] - start["n"])
         start = end
     assert seen == [500, 500, 500, 500, 134, 0, 0, 0]
+    # after a full batch, the next one is walked in the background when the stream holds
+    # all of it (not at step 2: only 234 entries were there when batch 1 was planned)
+    assert walked_before == [False, True, False, True, False, False, False, False]
     assert start["registry"] == registry.version() > 1
+    reader.stop()
+    client.close()
+
+
+def test_a_background_plan_of_another_batch_is_not_used(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    append(client, keys, 2 * ROWS)
+    reader = reader_for(redis_server.url, keys)
+    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(ROWS))
+    reader.next_plan.thread.join()
+    # Spark asks again from the start (a restart replays the batch) and with another limit
+    again = reader.latestOffset(reader.initialOffset(), ReadMaxRows(ROWS))
+    assert again == first
+    ids = [entry_id.decode() for entry_id, _ in client.xrange(keys.ingest)]
+    smaller = reader.latestOffset(first, ReadMaxRows(ROWS // 2))
+    assert smaller["id"] == ids[ROWS + ROWS // 2 - 1] and smaller["n"] == ROWS + ROWS // 2
+    reader.stop()
     client.close()
 
 
