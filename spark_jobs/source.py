@@ -13,7 +13,8 @@ evenly on them (:mod:`spark_jobs.placement`).
 
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
 driver: one server-side script walks at most ``max_rows`` entries and returns only the
-last id and the ids that split the batch into read partitions. Executors read their
+last id and the ids that split the batch into read partitions; after a full batch, the
+next one is walked in the background while it runs (:class:`_NextPlan`). Executors read their
 id range in ``read`` (connections are opened there, never pickled). A restart from the
 checkpoint replays a planned batch with its own end offset and registry version, so it
 reads exactly the same rows and routes them by the same registry.
