@@ -337,8 +337,7 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
                 phi, name, detected = template
                 if block is not None:
                     return block.defer(phi, stream, event_id, attrs, name, detected)
-                return Event._checked(stream, event_id, Histogram._checked(phi.edges + (detected - phi.hi), phi.probs),
-                                      attrs, name, detected)
+                return Event._checked(stream, event_id, phi.shift(detected - phi.hi), attrs, name, detected)
     return _checked_event(obj, streams)
 
 
