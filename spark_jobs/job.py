@@ -50,7 +50,7 @@ HEARTBEAT_SECONDS = 1.0
 
 def build_session(settings: JobSettings) -> SparkSession:
     """A SparkSession (bound to loopback unless the settings say otherwise), with RocksDB
-    state and few shuffle partitions."""
+    state, few shuffle partitions and the settings' JVM options."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -65,6 +65,10 @@ def build_session(settings: JobSettings) -> SparkSession:
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.executorEnv.PYTHONPATH", package_root)
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false"))
+    if settings.java_options:
+        # the driver's take effect when this process starts the JVM (not under spark-submit)
+        builder = (builder.config("spark.driver.extraJavaOptions", settings.java_options)
+                   .config("spark.executor.extraJavaOptions", settings.java_options))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(IngestSource)
