@@ -12,7 +12,7 @@ __all__ = ["JobSettings", "QUICK_JIT"]
 
 #: The JIT the job's JVMs run by default: C1 alone, no C2. The job's JVM moves bytes
 #: (Arrow batches, the shuffle, RocksDB, the checkpoint) while Python does the work; on two
-#: cores C2 kept compiling for over a minute, taking a fifth of a core from the Python
+#: cores C2 kept compiling through a whole 60 s drain, taking a fifth of a core from the Python
 #: workers (docs/pipeline.md).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
