@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["JobSettings", "QUICK_JIT"]
+__all__ = ["QUICK_JIT", "JobSettings"]
 
 #: The JIT the job's JVMs run by default: C1 alone, no C2. The job's JVM moves bytes
 #: (Arrow batches, the shuffle, RocksDB, the checkpoint) while Python does the work; on two
@@ -50,10 +50,10 @@ class JobSettings(BaseSettings):
     obs_maxlen: int = Field(2_000, ge=1, description=(
         "micro-batches of observations kept per query (each some KB; the service reads at most 1,000)"))
     metrics_maxlen: int = Field(10_000, ge=1, description="progress reports kept in pn:metrics")
+    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
     java_options: str = Field(QUICK_JIT, description=(
         "options of the job's JVMs: the driver's, and each executor's on a cluster (spark.driver.extraJavaOptions, "
         "spark.executor.extraJavaOptions); empty: Spark's own. The default runs the JIT's C1 alone"))
-    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
 
     @property
     def checkpoint_dir(self) -> Path:

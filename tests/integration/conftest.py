@@ -59,6 +59,17 @@ def lines_of(events) -> list:
             for e in events]
 
 
+def command_lines() -> dict[int, list[bytes]]:
+    """The arguments of every process on the machine, by pid."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            found[int(cmdline.parent.name)] = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+    return found
+
+
 @dataclass
 class Pipeline:
     """The shared job, with what the tests do through Redis."""

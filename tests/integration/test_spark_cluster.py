@@ -16,7 +16,7 @@ import redis
 from spark_jobs.oneshot import JobProcess
 from spark_jobs.redis_server import free_port
 from spark_jobs.settings import QUICK_JIT
-from tests.integration.conftest import Pipeline
+from tests.integration.conftest import Pipeline, command_lines
 from tests.integration.test_spark_equivalence import assert_equal, local
 from tests.unit.joins.test_join_operator import workload
 
@@ -73,19 +73,10 @@ def test_a_standalone_cluster_runs_the_job_with_the_same_results(cluster, redis_
         assert_equal(found[query_id], local(text, streams, events), text)
         assert b"spark://" in client.hget(running.keys.heartbeat, "master")
         # the workers start the executors with the job's JVM options
-        executors = [argv for argv in _command_lines()
+        executors = [argv for argv in command_lines().values()
                      if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv]
         assert executors and all(QUICK_JIT.encode() in argv for argv in executors)
     finally:
         job.stop()
         client.close()
 
-
-def _command_lines() -> list[list[bytes]]:
-    out = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            out.append(cmdline.read_bytes().split(b"\0"))
-        except OSError:
-            continue
-    return out

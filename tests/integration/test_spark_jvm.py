@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from spark_jobs.settings import QUICK_JIT, JobSettings
-
-
-def _jvm_of(leader: int) -> Path:
-    """The /proc folder of the java process in ``leader``'s process group (the job's JVM)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(fields[2]) == leader and argv[0].endswith(b"java"):
-            return stat.parent
-    raise AssertionError(f"no JVM in the process group of {leader}")
+from tests.integration.conftest import command_lines
 
 
 def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
     assert JobSettings().java_options == QUICK_JIT
-    jvm = _jvm_of(pipeline.job.process.pid)
-    assert QUICK_JIT.encode() in (jvm / "cmdline").read_bytes().split(b"\0")
-    threads = [(task / "comm").read_text().strip() for task in (jvm / "task").iterdir()]
+    # the JVM of the job's process group (the job starts a session of its own)
+    found = next(((pid, argv) for pid, argv in command_lines().items()
+                  if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid), None)
+    assert found is not None, "no JVM in the job's process group"
+    jvm, argv = found
+    assert QUICK_JIT.encode() in argv
+    threads = [(task / "comm").read_text().strip() for task in Path(f"/proc/{jvm}/task").iterdir()]
     assert any(name.startswith("C1 CompilerThre") for name in threads), threads
     assert not any(name.startswith("C2 CompilerThre") for name in threads), threads
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
