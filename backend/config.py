@@ -1,24 +1,22 @@
-"""The service's settings: environment variables with the ``PENUMBRA_`` prefix, each with a local default."""
+"""The service's settings: the shared ones (Redis, prefix, home) and the service's own,
+environment variables with the ``PENUMBRA_`` prefix, each with a local default."""
 
 from __future__ import annotations
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contract.settings import SharedSettings
 
 __all__ = ["Settings"]
 
 
-class Settings(BaseSettings):
+class Settings(SharedSettings):
     """Where the service listens, which Redis it uses and the limits it enforces.
 
     >>> Settings(port=9000, admin_token="secret").port
     9000
     """
 
-    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
-
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the Redis of ingest, registry and results")
-    redis_prefix: str = Field("pn", description="prefix of every Redis key (docs/redis.md)")
     redis_timeout: float = Field(2.0, gt=0, description="seconds before a Redis call counts as unavailable")
     host: str = Field("127.0.0.1", description="address the API listens on")
     port: int = Field(8000, ge=1, le=65535, description="port of the API (and the dashboard)")

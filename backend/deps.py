@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -16,8 +15,9 @@ import redis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from contract.keys import Keys
+from contract.registry import Registry
 from penumbra.events import Streams, parse_streams
-from spark_jobs.store import Keys, Registry
 
 from .config import Settings
 from .errors import ApiError
@@ -52,20 +52,12 @@ class Service:
 
     @classmethod
     def connect(cls, settings: Settings) -> Service:
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=settings.redis_timeout,
-                                      socket_connect_timeout=settings.redis_timeout, health_check_interval=15)
-        return cls(settings, client, Keys(settings.redis_prefix))
+        client = settings.redis_client(settings.redis_timeout, health_check_interval=15)
+        return cls(settings, client, settings.keys)
 
     def snapshot(self) -> tuple[int, dict[str, dict], dict[str, dict]]:
-        """The registry's version, queries and stream parameters, read together from the
-        current hashes (which, unlike the per-version copies, never expire)."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.get(self.keys.version)
-        pipe.hgetall(self.keys.queries)
-        pipe.hgetall(self.keys.streams)
-        version, queries, streams = pipe.execute()
-        return (int(version or 0), {k.decode(): json.loads(v) for k, v in queries.items()},
-                {k.decode(): json.loads(v) for k, v in streams.items()})
+        """The registry's version, queries and stream parameters (:meth:`Registry.snapshot`)."""
+        return self.registry.snapshot()
 
     def streams(self) -> Streams:
         """The registered stream parameters, decoded once per registry version."""

@@ -11,7 +11,7 @@ import redis
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spark_jobs.store import Keys
+from contract.keys import Keys
 
 from .errors import ApiError
 

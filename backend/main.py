@@ -27,7 +27,7 @@ from .operations import Operations, reject_unknown_query
 from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
 from .web import mount_frontend
 
-__all__ = ["ROUTERS", "create_app", "server_options"]
+__all__ = ["ROUTERS", "api_app", "create_app", "server_options"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -97,3 +97,10 @@ def server_options(settings: Settings) -> dict:
     """uvicorn's options for this service: where it listens, and per-message deflate on the
     websocket only when ``PENUMBRA_WS_COMPRESSION`` asks for it (uvicorn's default is on)."""
     return {"host": settings.host, "port": settings.port, "ws_per_message_deflate": settings.ws_compression}
+
+
+def api_app() -> FastAPI:
+    """The API as ``penumbra up`` serves it (``uvicorn backend.main:api_app --factory``):
+    settings from the environment, log lines with their time."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return create_app(Settings())

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import redis
 
-from spark_jobs.store import Keys
+from contract.keys import Keys
 
 __all__ = ["Principal", "Role", "TokenStore", "new_token", "token_id"]
 
@@ -67,6 +67,7 @@ class TokenStore:
     def __init__(self, client: redis.Redis, keys: Keys):
         self.redis = client
         self.key = keys.tokens
+        self.bootstrap_key = keys.tokens_bootstrap
 
     def add(self, token: str, role: Role, label: str) -> dict:
         salt = secrets.token_hex(16)
@@ -111,7 +112,7 @@ class TokenStore:
         if any(r["role"] == Role.admin.name for r in self.records()):
             return None
         # processes starting together (several workers) generate one token between them
-        if not self.redis.set(f"{self.key}:bootstrap", 1, nx=True, ex=60):
+        if not self.redis.set(self.bootstrap_key, 1, nx=True, ex=60):
             return None
         token, _ = self.create(Role.admin, "admin")
         print(f"Penumbra admin token (shown once): {token}", file=sys.stderr, flush=True)

@@ -19,8 +19,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.pipeline import QUERY, STREAMS, intrusions, shifted  # noqa: E402
 from bench.report import Report  # noqa: E402
-from penumbra.feed import ApiSink, Tally, api_call  # noqa: E402
-from spark_jobs.redis_server import free_port  # noqa: E402
+from penumbra.cli.feed import ApiSink, Tally, api_call  # noqa: E402
+from penumbra.cli.processes import Child, free_port  # noqa: E402
 
 QUERY_ID = "e2e"
 TARGET_P99 = 2.0
@@ -44,7 +42,8 @@ LADDER = (15_000, 20_000, 25_000, 30_000)
 
 
 class Up:
-    """``penumbra up`` as a child, stopped by its pid (SIGTERM, then SIGKILL of its group)."""
+    """``penumbra up`` as a :class:`Child`, its output in ``up.log``, stopped by its pid
+    (SIGTERM, then SIGKILL of its group)."""
 
     def __init__(self, home: Path):
         self.port, self.redis_port = free_port(), free_port()
@@ -52,11 +51,12 @@ class Up:
         env.update(PENUMBRA_HOME=str(home), PENUMBRA_PORT=str(self.port), PENUMBRA_REDIS_PORT=str(self.redis_port),
                    PENUMBRA_TRIGGER_SECONDS="0", PENUMBRA_INGEST_RATE_LIMIT="100000",
                    PENUMBRA_RESULT_MAXLEN="10000000", PYTHONPATH=str(ROOT))
-        self.lines: list[str] = []
-        self.process = subprocess.Popen([sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        threading.Thread(target=lambda: [self.lines.append(line) for line in self.process.stdout],
-                         daemon=True).start()
+        self.child = Child("up", "penumbra up", [sys.executable, "-m", "penumbra", "up"], home / "up.log", env, ROOT,
+                           stop_seconds=240).start()
+
+    @property
+    def lines(self) -> list[str]:
+        return self.child.log.read_text(errors="replace").splitlines(keepends=True)
 
     @property
     def url(self) -> str:
@@ -69,19 +69,13 @@ class Up:
             found = re.search(r"admin token\s+(pn_\S+)", text)
             if "Penumbra is up" in text and found:
                 return found.group(1)
-            if self.process.poll() is not None:
+            if not self.child.alive:
                 break
             time.sleep(0.5)
         raise RuntimeError("penumbra up did not start:\n" + "".join(self.lines[-30:]))
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(240)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        self.child.stop()
 
 
 class Listener:

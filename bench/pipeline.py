@@ -49,9 +49,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import Report  # noqa: E402
-from spark_jobs.oneshot import JobProcess, wait_for_mark, wait_for_metrics  # noqa: E402
-from spark_jobs.redis_server import RedisServer  # noqa: E402
-from spark_jobs.store import Keys, Registry, append_events, end_of_input  # noqa: E402
+from contract import Keys, Registry, append_events, end_of_input  # noqa: E402
+from penumbra.cli.pipeline import JobProcess, wait_for_mark, wait_for_metrics  # noqa: E402
+from penumbra.cli.processes import RedisServer  # noqa: E402
 
 STREAMS = json.loads((ROOT / "examples" / "seismic" / "streams.json").read_text())
 QUERY = "SELECT * FROM SEISMIC A, ACOUSTIC B WHERE WINDOW(A, B) = 2000 AND A.region = B.region WITH THRESHOLD 0.6"

@@ -5,7 +5,7 @@ loopback, started here and stopped by their pids; the ingest rate limit raised s
 does not bound the figure. A few client threads (httpx, keep-alive) post pre-encoded
 batches; the ingest stream's length is checked to have grown by exactly the events
 accepted. In the same run, two baselines: the same events appended to the ingest stream
-straight from Python (``spark_jobs.store.append_events``, pipelined XADD: what Redis and
+straight from Python (``contract.append_events``, pipelined XADD: what Redis and
 redis-py alone take) and one event per request (what batching saves).
 
     .venv/bin/python bench/rest_ingest.py            # 200 batches of 1,000 events
@@ -27,10 +27,9 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.testing import ApiServer  # noqa: E402
 from bench.report import Report  # noqa: E402
-from spark_jobs.redis_server import RedisServer  # noqa: E402
-from spark_jobs.store import Keys, append_events  # noqa: E402
+from contract import Keys, append_events  # noqa: E402
+from penumbra.cli.processes import ApiServer, RedisServer  # noqa: E402
 
 TOKEN = "pn_bench-admin-" + "x" * 32
 STREAM = {"templates": {"t1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]}}, "max_delay": 500}

@@ -3,7 +3,7 @@ query's threshold, and the expected calibration error of the reported probabilit
 
 Each scenario is simulated (the sensors' reports drawn from the true times by the papers'
 models), run through the local engine, and checked against what really happened
-(penumbra.scenarios.check). Writes bench/out/scenarios{,_quick}.md.
+(penumbra.cli.scenarios.check). Writes bench/out/scenarios{,_quick}.md.
 
     python bench/scenarios.py [--quick] [--seeds 3]
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from penumbra import scenarios
+from penumbra.cli import scenarios
 from penumbra.engine import compile_query
 from penumbra.events import parse_events, parse_streams
 

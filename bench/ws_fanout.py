@@ -37,10 +37,9 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.testing import ApiServer  # noqa: E402
 from bench.report import Report  # noqa: E402
-from spark_jobs.redis_server import RedisServer  # noqa: E402
-from spark_jobs.store import Keys  # noqa: E402
+from contract import Keys  # noqa: E402
+from penumbra.cli.processes import ApiServer, RedisServer  # noqa: E402
 
 TOKEN = "pn_bench-admin-" + "x" * 32
 QUERY = "SELECT * FROM FA A, FB B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"

@@ -28,11 +28,13 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from contract.entries import live_metrics, metrics_entry
+from contract.keys import Keys
+
 from .processor import OUTPUT, GroupProcessor
 from .settings import JobSettings
 from .sink import Sink
 from .source import IngestSource
-from .store import Keys
 
 __all__ = ["Job", "build_session", "main"]
 
@@ -81,7 +83,7 @@ class Job:
     def __init__(self, spark: SparkSession, settings: JobSettings):
         self.spark = spark
         self.settings = settings
-        self.keys = Keys()
+        self.keys = settings.keys
         self.client = redis.Redis.from_url(settings.redis_url)
         self.identity = self._identity()
         self.query: StreamingQuery | None = None
@@ -211,8 +213,8 @@ class _Metrics(StreamingQueryListener):
                 "sink_ms": self.sink.timings.pop(progress.batchId, {})}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(self.keys.metrics, {"metrics": json.dumps(metrics)}, maxlen=self.maxlen, approximate=True)
-            pipe.publish(self.keys.live, json.dumps({"metrics": metrics}))
+            pipe.xadd(self.keys.metrics, metrics_entry(metrics), maxlen=self.maxlen, approximate=True)
+            pipe.publish(self.keys.live, live_metrics(metrics))
             pipe.execute()
             log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,
                      rows, duration_ms / 1000, metrics["processed_rate"],

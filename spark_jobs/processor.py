@@ -16,16 +16,14 @@ passed through. The key of a group may carry its placement slot as a third part
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Iterator
+from typing import Iterator
 
-import numpy as np
-import orjson
 import pandas as pd
 from pyspark import TaskContext
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
+from contract.entries import encode
 from penumbra.errors import ValidationError
 from penumbra.events import collector_paused, parse_event_lines
 from penumbra.keyed import GroupState, step
@@ -34,39 +32,12 @@ from penumbra.operator import merge_clocks
 
 from .routing import CONTROL, compiled, settle_heap, unpack
 
-__all__ = ["GroupProcessor", "OUTPUT", "encode"]
+__all__ = ["GroupProcessor", "OUTPUT"]
 
 OUTPUT = "qid string, grp int, kind string, seq long, data binary, raw binary"
 _STATE = StructType([StructField("kind", StringType()), StructField("snapshot", BinaryType()),
                      StructField("pending", StringType()), StructField("wake", StringType())])
 _COLUMNS = ["qid", "grp", "kind", "seq", "data", "raw"]
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready: numpy scalars as Python numbers, non-finite floats as null."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    return value
-
-
-def encode(value: Any) -> bytes:
-    """Compact JSON, numpy values as numbers and non-finite floats as null: through orjson,
-    which does all of it natively (a match in about a third of the time), else the json module."""
-    try:
-        return orjson.dumps(value, option=_ORJSON_OPTIONS)
-    except TypeError:  # orjson.JSONEncodeError: a type or an integer orjson does not write
-        return json.dumps(_plain(value), separators=(",", ":")).encode()
-
-
-_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
 class GroupProcessor(StatefulProcessor):

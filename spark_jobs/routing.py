@@ -30,6 +30,9 @@ from typing import Any, Iterable
 
 import redis
 
+from contract.entries import CONTROL_FIELD, EVENT_FIELD, read_end_mark
+from contract.keys import Keys
+from contract.registry import Registry
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
@@ -38,7 +41,6 @@ from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
 
 from .placement import slot
-from .store import Keys, Registry
 
 __all__ = ["ROUTED", "CONTROL", "CompiledQuery", "Router", "compiled", "pack", "settle_heap", "unpack"]
 
@@ -141,14 +143,16 @@ class Router:
         by_query: dict[str, list] = {}
         blocks: dict[tuple[str, int], tuple[list, list]] = {}
         entries = list(entries)
-        parsed = iter(parse_event_lines([data for _, _, field, data in entries if field == "e"], registry.streams))
+        lines = [data for _, _, field, data in entries if field == EVENT_FIELD]
+        parsed = iter(parse_event_lines(lines, registry.streams))
         for seq, entry, field, data in entries:
-            if field == "c":
+            if field == CONTROL_FIELD:
                 self.ended.update(_end_mark(data, registry))
                 rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
                 continue
-            if field != "e":
-                _reject(rows, seq, entry, f"unknown entry field {field!r} (expected 'e', an event)", data, version)
+            if field != EVENT_FIELD:
+                _reject(rows, seq, entry, f"unknown entry field {field!r} (expected {EVENT_FIELD!r}, an event)", data,
+                        version)
                 continue
             event = next(parsed)
             if isinstance(event, ValidationError):
@@ -215,10 +219,5 @@ def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], parti
 
 
 def _end_mark(data: bytes, registry: _Compiled) -> list[str]:
-    try:
-        mark = json.loads(data)
-        queries = mark["end"]
-        return [q for q in queries if isinstance(q, str) and q in registry.queries]
-    except (ValueError, KeyError, TypeError):
-        return []
+    return [q for q in read_end_mark(data) if q in registry.queries]
 

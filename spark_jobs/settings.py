@@ -1,12 +1,13 @@
-"""The job's settings: environment variables with the ``PENUMBRA_`` prefix, each with a local default."""
+"""The job's settings: the shared ones (Redis, prefix, home) and the job's own, environment
+variables with the ``PENUMBRA_`` prefix, each with a local default."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contract.settings import SharedSettings
 
 __all__ = ["QUICK_JIT", "JobSettings"]
 
@@ -17,21 +18,13 @@ __all__ = ["QUICK_JIT", "JobSettings"]
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
-def _home() -> Path:
-    return Path(os.environ.get("PENUMBRA_HOME", Path.cwd()))
-
-
-class JobSettings(BaseSettings):
+class JobSettings(SharedSettings):
     """Where the job reads and writes, and how it cuts the stream into micro-batches.
 
     >>> JobSettings(key_groups=8).key_groups
     8
     """
 
-    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
-
-    home: Path = Field(default_factory=_home, description="base folder of var/ (checkpoints, Redis data, logs)")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the Redis holding ingest, registry and results")
     spark_master: str = Field("local[2]", description="local[N] or spark://host:port of a standalone cluster")
     driver_host: str = Field("127.0.0.1", description=(
         "the address executors reach the driver at (spark.driver.host): loopback on one machine, the job's "

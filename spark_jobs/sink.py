@@ -22,27 +22,14 @@ from collections import defaultdict
 
 import redis
 
+from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
+from contract.keys import Keys
+from contract.results import queue_matches
 from penumbra.keyed import PER_BLOCK, combine, state_part
-
-from .store import Keys, dead_raw
 
 __all__ = ["Sink"]
 
 log = logging.getLogger("penumbra.job")
-
-#: Appends a query's matches of one batch to its result stream (KEYS[1], capped at about
-#: ARGV[1] entries), each as ``{m: match JSON, b: batch id (ARGV[2]), g: key group}`` from the
-#: pairs that follow. One command for thousands of matches: an XADD each in the
-#: transaction cost redis-py a queued reply each, three times the time of the script
-#: (12,000 matches: 64-76 ms against 21-23 ms).
-_APPEND_MATCHES = """
-local stream, maxlen, batch = KEYS[1], ARGV[1], ARGV[2]
-for i = 3, #ARGV, 2 do
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1])
-end
-return (#ARGV - 2) / 2
-"""
-MATCHES_PER_CALL = 10_000
 
 
 class Sink:
@@ -98,24 +85,18 @@ class Sink:
                 states[query][group] = None if info.get("dropped") else info
             elif kind == "l":
                 late = json.loads(data)
-                dead.append({"kind": "late", "query": query, "stream": late["stream"], "id": late["id"],
-                             "reason": late["reason"], "at": now})
+                dead.append(late_letter(query, late["stream"], late["id"], late["reason"], now))
             elif kind == "r":
                 rejected = json.loads(data)
-                dead.append({"kind": "rejected", "entry": rejected["entry"], "reason": rejected["reason"],
-                             **dead_raw(raw if raw is not None else b""), "at": now})
+                dead.append(rejected_letter(rejected["reason"], raw if raw is not None else b"", now,
+                                            entry=rejected["entry"]))
             elif kind == "x":
                 ended.append(json.loads(data)["entry"])
         kept = {query: {int(g): json.loads(v) for g, v in client.hgetall(keys.groups(query)).items()}
                 for query in observations}
         pipe = client.pipeline(transaction=True)
         for query, found in matches.items():
-            for start in range(0, len(found), MATCHES_PER_CALL):
-                args: list = [self.result_maxlen, batch_id]
-                for data, group in found[start:start + MATCHES_PER_CALL]:
-                    args += (data, group)
-                # EVAL, not EVALSHA: a script Redis does not know would fail inside EXEC alone
-                pipe.eval(_APPEND_MATCHES, 1, keys.matches(query), *args)
+            queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen)
         for query, by_group in observations.items():
             groups = kept[query]
             for group, observed in by_group.items():
@@ -124,8 +105,8 @@ class Sink:
                              + [g["state"] for g in groups.values()])
             record.update(groups=len(groups), ran=len(by_group),
                           snapshot_bytes=sum(g.get("snapshot_bytes", 0) for g in groups.values()))
-            pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch_id},
-                      maxlen=self.obs_maxlen, approximate=True)
+            pipe.xadd(keys.observations(query), observation_entry(record, batch_id), maxlen=self.obs_maxlen,
+                      approximate=True)
             pipe.hset(keys.groups(query), mapping={g: json.dumps(v) for g, v in groups.items()})
         for query, by_group in states.items():
             gone = [g for g, info in by_group.items() if info is None]
@@ -141,9 +122,8 @@ class Sink:
         for entry in ended:
             pipe.hset(keys.ended, entry, batch_id)
         pipe.hset(keys.batches, self.job, batch_id)
-        pipe.publish(keys.live, json.dumps({
-            "batch": batch_id, "at": now, "matches": {q: len(m) for q, m in matches.items()},
-            "observations": sorted(observations), "dead": len(dead)}))
+        pipe.publish(keys.live, live_batch(batch_id, now, {q: len(m) for q, m in matches.items()}, observations,
+                                           len(dead)))
         pipe.execute()
         self.timings.setdefault(batch_id, {})["sink_redis"] = round((time.perf_counter() - executed) * 1000, 1)
         for old in [b for b in self.timings if b < batch_id - 16]:

@@ -31,10 +31,10 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from contract.keys import DEFAULT_PREFIX, Keys
 from penumbra.events import collector_paused
 
 from .routing import ROUTED, Router, settle_heap
-from .store import Keys
 
 __all__ = ["IngestSource", "SCHEMA"]
 
@@ -127,7 +127,7 @@ class IngestSource(DataSource):
 class IngestReader(DataSourceStreamReader):
     def __init__(self, options):
         self.url = options["url"]
-        self.keys = Keys(options.get("prefix", "pn"))
+        self.keys = Keys(options.get("prefix", DEFAULT_PREFIX))
         self.max_rows = int(options.get("maxrows", 100_000))
         self.parts = int(options.get("parts", 1))
         self.groups = int(options["groups"]) if "groups" in options else None

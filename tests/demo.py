@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from spark_jobs.store import Keys
+from contract import Keys
 from tests.system.conftest import Up, UpRun, bearer, http, up_environment
 
 START_TIMEOUT = 300.0

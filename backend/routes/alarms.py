@@ -11,15 +11,16 @@ state lives in ``pn:alarms:<qid>``; counts come from the match stream's ``entrie
 
 from __future__ import annotations
 
-import json
 import time
 
-import redis
 from fastapi import APIRouter
+
+from contract.entries import alarm_action_entry, alarm_state_entry, live_alarm
 
 from ..deps import AnalystDep, QueryDep, Service, ServiceDep, ViewerDep
 from ..errors import ApiError
 from ..models import AlarmList, AlarmOut, SilenceIn
+from ..records import alarm, matches_info
 from . import errors
 
 router = APIRouter(prefix="/alarms", tags=["alarms"])
@@ -28,65 +29,18 @@ router = APIRouter(prefix="/alarms", tags=["alarms"])
 ACTIONS_MAXLEN = 10_000
 
 
-def _matches_info(service: Service, query_id: str) -> tuple[int, str | None, float | None]:
-    """Matches ever added to the query's stream, and its latest match's cursor and probability."""
-    try:
-        info = service.redis.xinfo_stream(service.keys.matches(query_id))
-    except redis.ResponseError:  # no match yet: no stream
-        return 0, None, None
-    last = info.get("last-entry")
-    if not last:
-        return int(info["entries-added"]), None, None
-    return int(info["entries-added"]), last[0].decode(), json.loads(last[1][b"m"])["prob"]
-
-
-def _record(service: Service, query_id: str) -> dict:
-    return {k.decode(): v.decode() for k, v in service.redis.hgetall(service.keys.alarms(query_id)).items()}
-
-
-def alarm(service: Service, entry: dict, now: float | None = None) -> dict | None:
-    """The query's alarm as it stands (None: never matched, never acted on)."""
-    now = time.time() if now is None else now
-    query_id = entry["id"]
-    added, last, last_prob = _matches_info(service, query_id)
-    record = _record(service, query_id)
-    if not record and not added:
-        return None
-    opened_at = int(record.get("added", 0))
-    count = max(0, added - opened_at)
-    stored = record.get("state", "new")
-    until = float(record["until"]) if "until" in record else None
-    if stored == "resolved":
-        state = "new" if count else "resolved"
-    elif stored == "silenced" and until is not None and now >= until:
-        state = "new" if added > int(record.get("acted_added", 0)) else "acknowledged"
-    else:
-        state = stored
-    first = None
-    if count:
-        after = record.get("cursor")
-        found = service.redis.xrange(service.keys.matches(query_id), f"({after}" if after else "-", "+", count=1)
-        first = found[0][0].decode() if found else None
-    return {"query": query_id, "name": entry.get("name", query_id), "state": state, "matches": count,
-            "first": first, "last": last, "last_prob": last_prob,
-            "silenced_until": until if state == "silenced" else None,
-            "updated_by": record.get("by"), "updated_at": float(record["at"]) if "at" in record else None}
-
-
 def _act(service: Service, entry: dict, who: str, action: str, **fields) -> dict:
-    added, last, _ = _matches_info(service, entry["id"])
+    added, last, _ = matches_info(service, entry["id"])
     now = time.time()
-    mapping = {"state": action, "by": who, "at": now, "acted_added": added, **fields}
-    if action == "resolved":
-        mapping.update(added=added, cursor=last or "0-0")
+    state = dict(fields, added=added, cursor=last or "0-0") if action == "resolved" else fields
     # the state and its notice together: every API process's live feed sends the new state
     pipe = service.redis.pipeline(transaction=True)
-    pipe.hset(service.keys.alarms(entry["id"]), mapping=mapping)
-    pipe.xadd(service.keys.alarm_actions, {"q": entry["id"], "action": action}, maxlen=ACTIONS_MAXLEN,
+    pipe.hset(service.keys.alarms(entry["id"]), mapping=alarm_state_entry(action, who, now, added, **state))
+    pipe.xadd(service.keys.alarm_actions, alarm_action_entry(entry["id"], action), maxlen=ACTIONS_MAXLEN,
               approximate=True)
-    pipe.publish(service.keys.live, json.dumps({"alarm": entry["id"]}))
+    pipe.publish(service.keys.live, live_alarm(entry["id"]))
     pipe.execute()
-    service.audit(who, f"alarm.{action}", entry["id"], {k: v for k, v in fields.items()} or None)
+    service.audit(who, f"alarm.{action}", entry["id"], fields or None)
     return alarm(service, entry, now)
 
 

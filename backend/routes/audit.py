@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+
+from contract.entries import read_audit
 
 from ..deps import AnalystDep, ServiceDep
 from ..errors import ApiError
@@ -18,18 +19,6 @@ router = APIRouter(prefix="/audit", tags=["audit"])
 #: entries read per step while looking for a subject's, and at most in one request
 _CHUNK = 1000
 _SCAN_LIMIT = 20_000
-
-
-def audit_record(entry_id: bytes, fields: dict) -> dict:
-    text = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
-    try:
-        details = json.loads(text.get("details", "null"))
-    except ValueError:
-        details = text.get("details")
-    version = text.get("version")
-    return {"id": entry_id.decode(), "at": float(text.get("at", 0)), "who": text.get("who", ""),
-            "action": text.get("action", ""), "subject": text.get("subject", ""), "details": details,
-            "version": int(version) if version and version.isdigit() else None}
 
 
 @router.get("", response_model=AuditPage, responses=errors(401, 403), summary="Who changed what, newest first")
@@ -54,7 +43,7 @@ def list_audit(who: AnalystDep, service: ServiceDep,
         found = service.redis.xrevrange(service.keys.audit, top, "-", count=_CHUNK)
         for entry_id, fields in found:
             scanned += 1
-            record = audit_record(entry_id, fields)
+            record = read_audit(entry_id, fields)
             if subject is None or record["subject"] == subject:
                 if len(items) == limit:
                     return {"items": items, "next": items[-1]["id"]}

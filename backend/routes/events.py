@@ -9,16 +9,15 @@ the dead-letter stream ``pn:dead`` (the job's shape: ``kind`` = ``rejected``,
 
 from __future__ import annotations
 
-import json
 import time
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
+from contract.entries import encode, rejected_letter
+from contract.ingest import queue_events
 from penumbra.errors import ValidationError
 from penumbra.events import loads, parse_events
-from spark_jobs.store import dead_raw
 
 from ..deps import AnalystDep, Service, ServiceDep
 from ..errors import ApiError
@@ -47,15 +46,6 @@ def decode_body(body: bytes):
         raise ApiError(400, str(error), field="body") from None
 
 
-def encode(item) -> bytes:
-    """An item as JSON for a stream entry: orjson, or the json module (ASCII escapes) for
-    what orjson does not write (integers beyond 64 bits, lone surrogates)."""
-    try:
-        return orjson.dumps(item)
-    except TypeError:
-        return json.dumps(item, allow_nan=False).encode()
-
-
 def ingest(service: Service, who: Principal, body: bytes) -> dict:
     limit = service.settings.ingest_max_events
     decoded = decode_body(body)
@@ -70,12 +60,10 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
     bad = {index for index, _ in rejected}
     keys, now = service.keys, time.time()
     pipe = service.redis.pipeline(transaction=True)
-    for index, item in enumerate(items):
-        if index not in bad:
-            pipe.xadd(keys.ingest, {"e": encode(item)})
+    queue_events(pipe, keys, (encode(item) for index, item in enumerate(items) if index not in bad))
     for index, error in rejected:
-        pipe.xadd(keys.dead, {"kind": "rejected", "entry": "", "reason": str(error), **dead_raw(encode(items[index])),
-                              "at": now, "source": "api", "who": who.label, "index": index},
+        pipe.xadd(keys.dead, rejected_letter(str(error), encode(items[index]), now, source="api", who=who.label,
+                                             index=index),
                   maxlen=service.settings.dead_maxlen, approximate=True)
     if rejected:
         pipe.hincrby(keys.counts, "rejected", len(rejected))

@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+
+from contract.entries import read_metrics
 
 from ..deps import ServiceDep
 from ..models import HealthOut
@@ -61,7 +62,7 @@ def health(service: ServiceDep):
                 "lag_seconds": None, "ingest_length": None}
         return JSONResponse(down, status_code=503, headers={"Retry-After": "2"})
     job = _job(beat, time.time())
-    progress = json.loads(latest[0][1][b"metrics"]) if latest else {}
+    progress = read_metrics(latest[0][1]) if latest else {}
     return {"status": "ok" if job and job["alive"] else "degraded", "redis": True, "redis_ms": redis_ms,
             "job": job, "lag_entries": progress.get("lag_entries"), "lag_seconds": progress.get("lag_seconds"),
             "ingest_length": length}

@@ -1,6 +1,6 @@
 """Queries: register (validated by the core's parser), list, read, change, remove.
 
-Every change goes through the versioned registry (``spark_jobs.store.Registry``), which
+Every change goes through the versioned registry (``contract.registry.Registry``), which
 appends it to the audit stream with the caller's token label and the time.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from spark_jobs.store import RegistryError
+from contract.registry import RegistryError
 
 from ..deps import AnalystDep, QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError

@@ -8,13 +8,13 @@ here, by the core's ``JoinOperator.probability_curve``.
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query
 
+from contract.entries import read_match, read_observation
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
@@ -24,6 +24,7 @@ from ..deps import QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError
 from ..models import (Cursor, CurveIn, CurveOut, MatchPage, MetricsOut, ObservationList, Projection,
                       WhatIfOut)
+from ..records import PARTS, finite, match_record, metrics_record, observation_record, projection
 from . import errors
 
 router = APIRouter(tags=["results"])
@@ -31,39 +32,6 @@ router = APIRouter(tags=["results"])
 #: Matches read at most for one what-if (the result streams keep 100,000 by default).
 WHAT_IF_MAX_MATCHES = 200_000
 _READ_CHUNK = 2000
-
-
-def finite(value: Any) -> Any:
-    """``value`` with every infinite or NaN float as None (JSON has no infinity; the job's
-    observations hold -inf for "no bound yet")."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
-
-
-def _at(entry_id: bytes) -> float:
-    return int(entry_id.split(b"-", 1)[0]) / 1000.0
-
-
-def _batch(fields: dict) -> int | None:
-    raw = fields.get(b"b")
-    return int(raw) if raw is not None else None
-
-
-def match_record(entry_id: bytes, fields: dict) -> dict:
-    """One match entry as the API shows it (REST pages and the live feed)."""
-    match = json.loads(fields[b"m"])
-    return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
-            "range": match.get("range"), "batch": _batch(fields), "at": _at(entry_id)}
-
-
-def _observation(entry_id: bytes, fields: dict) -> dict:
-    return {"id": entry_id.decode(), "batch": _batch(fields), "at": _at(entry_id),
-            "observations": finite(json.loads(fields[b"o"]))}
 
 
 @router.get("/queries/{query_id}/matches", response_model=MatchPage, responses=errors(401, 403, 404),
@@ -88,20 +56,7 @@ def list_observations(who: ViewerDep, query_id: str, entry: QueryDep, service: S
                       limit: Annotated[int, Query(ge=1, le=100, description="micro-batches")] = 1) -> dict:
     """One record per micro-batch in which the query ran, newest first (infinite bounds as null)."""
     found = service.redis.xrevrange(service.keys.observations(query_id), count=limit)
-    return {"items": [_observation(i, f) for i, f in found]}
-
-
-#: The parts of an observation record each projection shows (REST and the live feed).
-PARTS = {"partitions": ("partitions", "newly_buffered", "watermark", "threshold", "floor"),
-         "buffers": ("buffers", "buffer_bounds", "watermark", "groups", "snapshot_bytes"),
-         "near_misses": ("near_misses", "threshold", "floor")}
-
-
-def projection(entry_id: bytes, fields: dict, parts: tuple[str, ...]) -> dict:
-    """Those parts of one observation entry, with its cursor, batch and time."""
-    latest = _observation(entry_id, fields)
-    observed = latest.pop("observations")
-    return {**latest, "value": {part: observed.get(part) for part in parts}}
+    return {"items": [observation_record(i, f) for i, f in found]}
 
 
 def _projection(service, query_id: str, parts: tuple[str, ...]) -> dict:
@@ -167,10 +122,10 @@ def _window_matches(service, query_id: str, first_batch: int) -> list[float]:
     while len(probs) < WHAT_IF_MAX_MATCHES:
         found = service.redis.xrevrange(service.keys.matches(query_id), top, "-", count=_READ_CHUNK)
         for entry_id, fields in found:
-            batch = _batch(fields)
-            if batch is not None and batch < first_batch:
+            match = read_match(entry_id, fields)
+            if match["batch"] is not None and match["batch"] < first_batch:
                 return probs
-            probs.append(json.loads(fields[b"m"])["prob"])
+            probs.append(match["prob"])
         if len(found) < _READ_CHUNK:
             return probs
         top = f"({found[-1][0].decode()}"
@@ -191,7 +146,7 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     (``exact`` false). Pattern and lossy queries record no candidates below their
     threshold: their floor is it."""
     observed = service.redis.xrevrange(service.keys.observations(query_id), count=batches)
-    records = [(_batch(f), json.loads(f[b"o"])) for _, f in observed]
+    records = [(o["batch"], o["observations"]) for o in (read_observation(i, f) for i, f in observed)]
     threshold = entry.get("threshold")
     floors = [o["floor"] for _, o in records if isinstance(o.get("floor"), (int, float))]
     floor = floors[0] if floors else (threshold if entry["kind"] != "join" else None)
@@ -255,4 +210,4 @@ def metrics(who: ViewerDep, service: ServiceDep,
             limit: Annotated[int, Query(ge=1, le=500, description="progress reports")] = 20) -> dict:
     counts = {k.decode(): int(v) for k, v in service.redis.hgetall(service.keys.counts).items()}
     found = service.redis.xrevrange(service.keys.metrics, count=limit)
-    return {"counts": counts, "items": [finite(json.loads(f[b"metrics"])) for _, f in found]}
+    return {"counts": counts, "items": [metrics_record(f) for _, f in found]}

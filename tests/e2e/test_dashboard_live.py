@@ -22,10 +22,10 @@ import re
 import pytest
 
 from penumbra.events import parse_event, parse_streams
+from tests.browser import Tab, WAIT_MS, sync_api, wait_until
 from tests.demo import ALARM_TIMEOUT, KEYS, matches_of, wait
 from tests.oracle import p_geq_float
 from tests.system.conftest import ROOT, bearer, http
-from tests.browser import WAIT_MS, Tab, sync_api, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def test_the_tuner_previews_from_the_jobs_figures_applies_and_the_audit_shows_it
 def test_the_inspector_draws_a_real_events_curve_with_its_ranges_and_buffered_partners(demo, open_tab):
     # a join of its own over copies of the intrusion streams: the job's buffered sample for
     # it holds just the events posted here
-    from penumbra.scenarios import INTRUSION_STREAMS
+    from penumbra.cli.scenarios import INTRUSION_STREAMS
 
     with http(demo.base) as client:
         for name, base in (("eseismic", "seismic"), ("eacoustic", "acoustic")):

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from contract import Keys, Registry, append_events, end_of_input
+from penumbra.cli.pipeline import JobProcess, wait_for_mark
+from penumbra.cli.processes import RedisServer
 from penumbra.events import Event, event_to_json
-from spark_jobs.oneshot import JobProcess, wait_for_mark
-from spark_jobs.redis_server import RedisServer
-from spark_jobs.store import Keys, Registry, append_events, end_of_input
 
 JOB_SETTINGS = {"trigger_seconds": 0.1, "max_rows_per_batch": 300, "shuffle_partitions": 2, "key_groups": 4,
                 "read_partitions": 2,

@@ -10,9 +10,9 @@ import uuid
 import pytest
 import redis
 
+from contract import Keys, Registry
 from penumbra.keygroups import key_hash
 from spark_jobs.routing import CONTROL, Router, unpack
-from spark_jobs.store import Keys, Registry
 
 STREAMS = {"ra": {"max_delay": 5}, "rb": {"max_delay": 5}}
 JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"

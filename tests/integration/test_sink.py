@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import redis
 
-import spark_jobs.sink
+import contract.results
 from spark_jobs.processor import OUTPUT
 from spark_jobs.sink import Sink
 
@@ -26,7 +26,7 @@ def match_rows(query: str, count: int, salt: str) -> list[tuple]:
 
 @pytest.mark.parametrize("per_call", [1, 7, 10_000])
 def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, keys, monkeypatch, per_call):
-    monkeypatch.setattr(spark_jobs.sink, "MATCHES_PER_CALL", per_call)
+    monkeypatch.setattr(contract.results, "MATCHES_PER_CALL", per_call)
     client = redis.Redis.from_url(redis_server.url)
     sink = Sink(redis_server.url, keys, "job-1", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
     first = match_rows("q1", 23, "a") + match_rows("q2", 5, "b")
@@ -55,7 +55,7 @@ def test_result_streams_stay_capped(redis_server, keys):
 
 
 def test_results_are_encoded_as_plain_json():
-    from spark_jobs.processor import encode
+    from contract.entries import encode
 
     value = {"p": np.float64(0.25), "n": np.int64(3), "edges": np.array([1.0, np.inf]), "none": float("nan"),
              "by_group": {0: 1, 2: (True, None)}, "late": -float("inf")}

@@ -10,8 +10,8 @@ import redis
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import spark_jobs.source
+from contract import Keys, Registry
 from spark_jobs.source import IngestReader
-from spark_jobs.store import Keys, Registry
 
 ROWS, PARTS = 500, 3
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from spark_jobs.oneshot import JobProcess
-from spark_jobs.redis_server import free_port
+from penumbra.cli.pipeline import JobProcess
+from penumbra.cli.processes import free_port
 from spark_jobs.settings import QUICK_JIT
 from tests.integration.conftest import Pipeline, command_lines
 from tests.integration.test_spark_equivalence import assert_equal, local

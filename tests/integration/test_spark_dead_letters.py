@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from spark_jobs.store import DEAD_RAW_BYTES
+from contract.entries import DEAD_RAW_BYTES
 from tests.integration.test_spark_equivalence import assert_equal
 from tests.integration.test_spark_live import intervals, local_matches, merged
 

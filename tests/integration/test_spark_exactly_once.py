@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from spark_jobs.store import end_of_input
+from contract import end_of_input
 from tests.integration.test_spark_equivalence import assert_equal, local
 from tests.unit.joins.test_join_operator import workload
 from tests.unit.test_keyed import pattern_events

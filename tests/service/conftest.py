@@ -16,9 +16,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from backend import Settings, create_app
-from backend.testing import ApiServer
-from spark_jobs.redis_server import RedisServer
-from spark_jobs.store import Keys
+from contract import Keys
+from penumbra.cli.processes import ApiServer, RedisServer
 
 ADMIN_TOKEN = "pn_test-admin-" + "x" * 32
 ROLES = ("viewer", "analyst", "admin")

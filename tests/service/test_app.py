@@ -4,17 +4,14 @@ access log, and ``python -m backend`` serving on its port."""
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import httpx
 from fastapi.testclient import TestClient
 
 from backend import create_app
-from spark_jobs.redis_server import free_port
+from penumbra.cli.processes import ApiServer
 
 
 def test_openapi_documents_every_operation(client):
@@ -49,26 +46,9 @@ def test_access_log_is_json(client, caplog):
 
 
 def test_python_m_backend_serves(redis_server, tmp_path):
-    port = free_port()
-    env = {**os.environ, "PENUMBRA_REDIS_URL": redis_server.url, "PENUMBRA_PORT": str(port),
-           "PENUMBRA_ADMIN_TOKEN": "served-admin-" + "y" * 20}
-    process = subprocess.Popen([sys.executable, "-m", "backend"], env=env, cwd=tmp_path,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                answer = httpx.get(f"http://127.0.0.1:{port}/api/me",
-                                   headers={"Authorization": "Bearer served-admin-" + "y" * 20})
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "the API did not start"
-                time.sleep(0.1)
+    with ApiServer(redis_server.url, cwd=tmp_path, admin_token="served-admin-" + "y" * 20) as server:
+        answer = httpx.get(f"{server.url}/api/me", headers={"Authorization": "Bearer served-admin-" + "y" * 20})
         assert answer.status_code == 200 and answer.json()["role"] == "admin"
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            process.wait(10)
 
 
 def test_the_service_never_imports_pyspark():

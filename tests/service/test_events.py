@@ -111,7 +111,7 @@ def test_single_invalid_event_is_422_and_dead_lettered(client, as_role, store, k
 def test_a_huge_invalid_event_keeps_its_first_bytes_and_length_in_the_dead_letter(client, as_role, store, keys):
     """A dead letter holds the reason and the event's first DEAD_RAW_BYTES (with its whole
     length): a flood of large rejects cannot fill Redis; the valid event beside it goes in."""
-    from spark_jobs.store import DEAD_RAW_BYTES
+    from contract.entries import DEAD_RAW_BYTES
 
     stream = unique("S")
     dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)

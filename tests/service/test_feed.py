@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.testing import ApiServer
+from penumbra.cli.processes import ApiServer
 
 from .conftest import ADMIN_TOKEN, unique
 

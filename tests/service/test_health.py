@@ -9,8 +9,8 @@ import redis
 from fastapi.testclient import TestClient
 
 from backend import Settings, create_app
-from spark_jobs.redis_server import RedisServer
-from spark_jobs.store import Keys
+from contract import Keys
+from penumbra.cli.processes import RedisServer
 
 
 def test_health_reads_the_heartbeat_and_metrics():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from spark_jobs.store import Registry
+from contract import Registry
 
 from .conftest import JOIN, bearer, unique
 

@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 
 from backend import Settings, create_app
 from backend.security import Role, TokenStore, token_id
-from spark_jobs.redis_server import RedisServer
-from spark_jobs.store import Keys
+from contract import Keys
+from penumbra.cli.processes import RedisServer
 
 from .conftest import ADMIN_TOKEN, bearer
 

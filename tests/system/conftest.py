@@ -22,7 +22,7 @@ import httpx
 import pytest
 import redis
 
-from backend.up import Child
+from penumbra.cli.processes import Child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,23 +56,38 @@ def alive(pid: int) -> bool:
 
 
 class Up:
-    """One ``penumbra up`` (``python -m penumbra up``, or ``argv``) with its output collected line by line."""
+    """One ``penumbra up`` (``python -m penumbra up``, or ``argv``) as a :class:`Child`, its
+    output (in ``<home>/up.log``) collected line by line."""
 
     def __init__(self, home: Path, env: dict[str, str], argv: list[str] | None = None):
         self.home = home
         self.lines: list[str] = []
+        self.finished = False
         self._changed = threading.Condition()
-        self.process = subprocess.Popen(argv or [sys.executable, "-m", "penumbra", "up"], cwd=ROOT, env=env,
-                                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.child = Child("up", "penumbra up", argv or [sys.executable, "-m", "penumbra", "up"], home / "up.log",
+                           env, ROOT).start()
+        self.process = self.child.process
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
+        """Follows the log until up has exited and every line of it is read."""
+        with open(self.child.log, encoding="utf-8", errors="replace") as log:
+            log.readline()  # the helper's own "--- starting" line
+            pending = ""
+            while True:
+                exited = self.process.poll() is not None
+                pending += log.read()
+                *complete, pending = pending.split("\n")
+                if complete:
+                    with self._changed:
+                        self.lines += complete
+                        self._changed.notify_all()
+                if exited:
+                    break
+                time.sleep(0.05)
         with self._changed:
+            self.lines += [pending] if pending else []
+            self.finished = True
             self._changed.notify_all()
 
     @property
@@ -88,7 +103,7 @@ class Up:
                     found = re.search(pattern, line)
                     if found:
                         return found
-                if self.process.poll() is not None and self.process.stdout.closed:
+                if self.finished:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -172,7 +187,7 @@ class UpRun:
 def up_environment(home: Path, **settings: str) -> tuple[int, int, dict[str, str]]:
     """Two free loopback ports (the API's, Redis's) and the environment of a ``penumbra up``
     on ``home`` with them: the caller's Redis, token, master and checkpoint settings left out."""
-    from spark_jobs.redis_server import free_port
+    from penumbra.cli.processes import free_port
 
     port = free_port()
     redis_port = free_port()

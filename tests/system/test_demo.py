@@ -30,10 +30,10 @@ import time
 
 import pytest
 
-from penumbra import scenarios
+from penumbra.cli import scenarios
 from penumbra.engine import compile_query
 from penumbra.events import parse_events, parse_streams
-from tests.demo import ALARM_TIMEOUT, KEYS, START_TIMEOUT, Demo, heartbeat, matches_of, wait
+from tests.demo import ALARM_TIMEOUT, Demo, KEYS, START_TIMEOUT, heartbeat, matches_of, wait
 from tests.system.conftest import ROOT, bearer, http, processes_of
 
 STOP_TIMEOUT = 240.0

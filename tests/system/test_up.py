@@ -4,11 +4,12 @@ The slow scenario runs in steps on one home: a first start (health, the job's
 heartbeat, the printed token), a match flowing from REST through the real Spark job,
 matches on the live feed (replayed and live) and a threshold PATCH applying to what
 comes next, SIGTERM (every process gone, exit 0), a second start on the same home (same token,
-query, checkpoint and data; the job carries on). kill -9 of the job under load, and
+query, checkpoint and data; the job carries on). The run sets ``PENUMBRA_REDIS_PREFIX``:
+every key any of its processes wrote is under that prefix. kill -9 of the job under load, and
 its restart by `up`, is in test_demo.py. Each step needs the ones before it and is
 skipped when one failed.
 
-The fast tests drive :class:`backend.up.Supervisor` with small stand-in children: a
+The fast tests drive :class:`penumbra.cli.up.Supervisor` with small stand-in children: a
 child that dies is restarted, one that keeps dying is given up on, a Redis named by
 ``PENUMBRA_REDIS_URL`` is used as it is, Ctrl-C stops the children and exits 0, the
 children do not outlive a killed supervisor, a busy port and a second supervisor on the
@@ -35,11 +36,11 @@ import pytest
 import redis
 
 from backend.security import Role, TokenStore
-from backend.up import Supervisor, UpSettings
+from contract import Keys
+from penumbra.cli.processes import RedisServer, free_port
+from penumbra.cli.up import Supervisor, UpSettings
 from penumbra.engine import compile_query
 from penumbra.events import Streams, parse_event
-from spark_jobs.redis_server import RedisServer, free_port
-from spark_jobs.store import Keys
 from tests.system.conftest import ROOT, Up, UpRun, alive, bearer, http, processes_of, stand_in, up_environment
 
 #: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
@@ -49,7 +50,9 @@ MATCH_TIMEOUT = 240.0
 JOIN = "SELECT * FROM upA A, upB B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
 QUERY_ID = "up-join"
 EXAMPLE = ROOT / "examples" / "seismic"
-KEYS = Keys()
+#: the slow scenario's key prefix (PENUMBRA_REDIS_PREFIX): the whole system moves under it
+PREFIX = "site-a"
+KEYS = Keys(PREFIX)
 
 
 def pair(n: int) -> list[dict]:
@@ -86,7 +89,7 @@ class Scenario(UpRun):
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory, start_up) -> Scenario:
     home = tmp_path_factory.mktemp("up-home")
-    port, redis_port, env = up_environment(home)
+    port, redis_port, env = up_environment(home, redis_prefix=PREFIX)
     return Scenario(home, port, redis_port, env, start_up=start_up)
 
 
@@ -273,6 +276,12 @@ def test_a_second_up_resumes_with_the_same_token_query_and_checkpoint(scenario):
     assert wait_matches(scenario, 2) == local_matches(pair(1) + pair(2))
     with scenario.redis() as client:
         assert int(client.hget(KEYS.batches, scenario.job_id)) > scenario.batches
+        written = {key.decode() for key in client.scan_iter(count=1000)}
+    # the service (tokens, registry, audit), the job (ingest, results, heartbeat, marker) and
+    # up itself wrote under the prefix, and nothing outside it
+    assert {KEYS.tokens, KEYS.queries, KEYS.audit, KEYS.ingest, KEYS.matches(QUERY_ID), KEYS.heartbeat,
+            KEYS.batches, KEYS.metrics} <= written, sorted(written)
+    assert [key for key in written if not key.startswith(f"{PREFIX}:")] == [], sorted(written)
     scenario.done.add("resumed")
     children = processes_of(scenario.home) - {up.process.pid}
     assert up.terminate(STOP_TIMEOUT) == 0, up.output
@@ -345,7 +354,7 @@ def test_a_child_that_dies_is_restarted_and_the_named_redis_is_used(tmp_path, re
     # the Redis named by the URL holds the generated admin token; up started none of its own
     token = re.search(r"^\s+admin token\s+(pn_\S+)", text, re.M).group(1)
     client = redis.Redis.from_url(redis_server.url)
-    assert TokenStore(client, KEYS).check(token).role == Role.admin
+    assert TokenStore(client, Keys()).check(token).role == Role.admin
     client.close()
     assert not (tmp_path / "var" / "redis").exists()
 
@@ -366,7 +375,7 @@ def test_a_child_that_keeps_dying_is_given_up_on(tmp_path, redis_server):
 SUPERVISE_A_SLEEPER = """
 import sys
 from pathlib import Path
-from backend.up import Supervisor, UpSettings
+from penumbra.cli.up import Supervisor, UpSettings
 from tests.system.conftest import stand_in
 home = Path(sys.argv[1])
 up = Supervisor(UpSettings(home=home, port=int(sys.argv[2]), redis_url=sys.argv[3]))

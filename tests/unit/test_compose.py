@@ -88,6 +88,10 @@ def test_the_image_runs_the_project_as_a_user_with_java_17():
     workdir = re.search(r"^WORKDIR (\S+)", DOCKERFILE, re.M).group(1)
     for source, target in re.findall(r"^COPY (\S+) (\S+)$", DOCKERFILE, re.M):
         assert (ROOT / source).exists(), source
+    # every package the project installs is in the image
+    packages = re.search(r"^include = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    for package in re.findall(r'"(\w+)\*"', packages):
+        assert f"COPY {package} ./{package}" in DOCKERFILE, package
     # the job's script is where spark-submit looks for it
     script = SERVICES["job"]["command"][-1]
     assert script == f"{workdir}/docker/job.py" and (ROOT / "docker" / "job.py").exists()
@@ -104,8 +108,8 @@ def test_the_job_health_check_reads_the_heartbeat_the_job_writes(tmp_path):
     import sys
     import time
 
-    from spark_jobs.redis_server import RedisServer
-    from spark_jobs.store import Keys
+    from penumbra.cli.processes import RedisServer
+    from contract import Keys
 
     argv = SERVICES["job"]["healthcheck"]["test"][1:]
     assert argv[0] == "python"

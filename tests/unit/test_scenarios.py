@@ -17,7 +17,8 @@ import math
 import numpy as np
 import pytest
 
-from penumbra import cli, scenarios
+from penumbra import cli
+from penumbra.cli import scenarios
 from penumbra.engine import compile_query
 from penumbra.events import parse_events, parse_streams
 

@@ -11,18 +11,13 @@ job runs.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from spark_jobs.redis_server import free_port
-from tests.browser import CHROMIUM, WAIT_MS, Tab, sync_api
+from penumbra.cli.processes import ApiServer
+from tests.browser import CHROMIUM, Tab, WAIT_MS, sync_api
 from tests.service.conftest import (ADMIN_TOKEN, keys, redis_server, store, unique,  # noqa: F401 - fixtures reused
                                     write_batch)
 
@@ -36,31 +31,12 @@ if not CHROMIUM.exists():
 @pytest.fixture(scope="session")
 def base_url(redis_server, tmp_path_factory):  # noqa: F811
     """http:// URL of the service (API, websocket and dashboard) over the session's Redis."""
-    port = free_port()
-    env = {**os.environ, "PENUMBRA_REDIS_URL": redis_server.url, "PENUMBRA_ADMIN_TOKEN": ADMIN_TOKEN,
-           "PENUMBRA_PORT": str(port), "PENUMBRA_HOST": "127.0.0.1", "PENUMBRA_WS_POLL": "0.5"}
-    log = open(tmp_path_factory.mktemp("web") / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "backend"], cwd=ROOT, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
+    server = ApiServer(redis_server.url, log=tmp_path_factory.mktemp("web") / "server.log", admin_token=ADMIN_TOKEN,
+                       ws_poll=0.5)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/api/health", timeout=2).status_code in (200, 503):
-                    break
-            except httpx.TransportError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.2)
-        yield url
+        yield server.start(timeout=60).url
     finally:
-        os.kill(server.pid, signal.SIGTERM)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            os.kill(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -18,44 +18,37 @@ exits with status 1. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the j
 it stops between micro-batches and keeps its checkpoint), then Redis (``SHUTDOWN SAVE``);
 the next ``penumbra up`` on the same home resumes from the same checkpoint and data.
 
-``--demo`` adds the demo once everything is up (:class:`Demo`): the scenarios' streams
-and example queries are registered through the API, and one ``penumbra simulate ...
---forever`` child per scenario sends its sensors' events in real time, supervised like
-the others. A :class:`Supervisor` runs whatever :class:`Child` processes its ``children``
-hold, and calls each of its ``on_ready`` callables once everything is up. docs/up.md and
-docs/demo.md have the whole story.
+``--demo`` adds the demo once everything is up (:class:`~penumbra.cli.demo.Demo`). A
+:class:`Supervisor` runs whatever :class:`~penumbra.cli.processes.Child` processes its
+``children`` hold, and calls each of its ``on_ready`` callables once everything is up.
+docs/up.md and docs/demo.md have the whole story.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
 import io
 import json
-import logging
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
 import redis
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
-__all__ = ["Child", "Demo", "Supervisor", "UpSettings", "api_app", "main"]
+from contract.settings import DEFAULT_REDIS_URL, SharedSettings
 
-LOOPBACK = "127.0.0.1"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from .processes import LOOPBACK, PROJECT_ROOT, Child, api_answers, describe_exit
+
+__all__ = ["Supervisor", "UpSettings", "main"]
+
 #: seconds between two looks at the children
 POLL_SECONDS = 0.25
 #: seconds between two progress lines while something is still starting
@@ -69,26 +62,39 @@ API_STOP_SECONDS = 15.0
 REDIS_STOP_SECONDS = 60.0
 
 
-class UpSettings(BaseSettings):
-    """What ``penumbra up`` starts and where: environment variables with the ``PENUMBRA_`` prefix.
+class UpSettings(SharedSettings):
+    """What ``penumbra up`` starts and where: the shared settings (Redis, prefix, home) and
+    up's own, environment variables with the ``PENUMBRA_`` prefix. Without
+    ``PENUMBRA_REDIS_URL``, up starts its own redis-server on ``redis_port`` and every child
+    gets that one's URL.
 
-    >>> UpSettings(home="/srv/penumbra").redis_data
-    PosixPath('/srv/penumbra/var/redis')
+    >>> UpSettings(home="/srv/penumbra", redis_port=6390).redis_url
+    'redis://127.0.0.1:6390/0'
     """
 
-    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
-
-    home: Path = Field(default_factory=Path.cwd,
-                       description="base folder of var/: Redis data, the job's checkpoint, logs (default: the current folder)")
+    redis_url: str = Field(DEFAULT_REDIS_URL, description=(
+        "a running Redis to use instead of starting one (unset: up starts redis-server on PENUMBRA_REDIS_PORT)"))
     port: int = Field(8000, ge=1, le=65535, description="port of the API on 127.0.0.1")
     redis_port: int = Field(6380, ge=1, le=65535, description="port of the redis-server that up starts, on 127.0.0.1")
-    redis_url: str | None = Field(None, description="a running Redis to use instead of starting one")
     spark_master: str | None = Field(None, description="spark://host:port of a standalone cluster (unset: local[2])")
     up_start_timeout: float = Field(600.0, gt=0, description="seconds a child has to get ready before up gives up")
     up_stop_timeout: float = Field(120.0, gt=0,
                                    description="seconds the job has to finish its micro-batch and stop before SIGKILL")
     up_restarts: int = Field(5, ge=1, description="failures of one child in a row before up gives up")
     demo_rate: float = Field(20.0, gt=0, le=10_000, description="events per second of each demo scenario (--demo)")
+    _starts_redis: bool = PrivateAttr(False)
+
+    @model_validator(mode="after")
+    def _redis_of_up(self) -> UpSettings:
+        if "redis_url" not in self.model_fields_set:
+            self._starts_redis = True
+            self.redis_url = f"redis://{LOOPBACK}:{self.redis_port}/0"
+        return self
+
+    @property
+    def starts_redis(self) -> bool:
+        """No ``PENUMBRA_REDIS_URL`` was given: up runs a redis-server of its own."""
+        return self._starts_redis
 
     @property
     def var(self) -> Path:
@@ -112,7 +118,10 @@ def settings_help() -> str:
     rows = []
     for name, info in UpSettings.model_fields.items():
         default = info.get_default(call_default_factory=False)
-        shown = "" if default is None or info.default_factory is not None else f" (default {default:g})"
+        if default is None or info.default_factory is not None or name == "redis_url":
+            shown = ""  # none, or made at the start (the home, the URL of up's own Redis)
+        else:
+            shown = f" (default {default:g})" if isinstance(default, (int, float)) else f" (default {default})"
         rows.append(f"  PENUMBRA_{name.upper():<20} {info.description}{shown}")
     return "\n".join([
         "settings (environment variables):", *rows,
@@ -123,124 +132,6 @@ def settings_help() -> str:
         "Files: var/redis (Redis data, AOF), var/checkpoint (the job's), var/log/{redis,job,api}.log.",
         "Ctrl-C or SIGTERM stops everything; the next `penumbra up` on the same home resumes.",
     ])
-
-
-def _die_with_parent() -> None:
-    """In a child before exec: SIGTERM when `penumbra up` itself dies, even by SIGKILL."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-@dataclass
-class Child:
-    """One supervised process: started in its own process group (so a terminal's Ctrl-C
-    reaches only `penumbra up`, which stops the children in order), its output appended
-    to ``log``; ``probe`` says whether it is ready; ``terminate`` asks it to stop."""
-
-    name: str
-    title: str
-    argv: list[str]
-    log: Path
-    env: dict[str, str]
-    cwd: Path
-    probe: Callable[[Child], bool]
-    waiting_for: str
-    stop_seconds: float
-    terminate: Callable[[Child], None] | None = None
-    process: subprocess.Popen | None = field(default=None, repr=False)
-    started: float = 0.0
-    ready_at: float | None = None
-    failures: int = 0
-    restart_at: float = 0.0
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.cwd.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            log.write(f"--- penumbra up: starting {self.title} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
-        self.started = time.monotonic()
-        self.ready_at = None
-
-    def reap(self) -> None:
-        """After its leader exited: SIGKILL to what is left of its group (the job's JVM)."""
-        if self.process is None:
-            return
-        pgid = self.process.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.process = None
-
-    def stop(self, hurry: Callable[[], bool]) -> str:
-        """Ask it to stop; SIGKILL its group after ``stop_seconds`` or when ``hurry()``.
-        Returns how it went, for the report."""
-        if not self.alive:
-            self.reap()
-            return "not running"
-        started = time.monotonic()
-        try:
-            (self.terminate or Child.sigterm)(self)
-        except (OSError, redis.RedisError):
-            Child.sigterm(self)
-        deadline = started + self.stop_seconds
-        while self.process.poll() is None and time.monotonic() < deadline and not hurry():
-            time.sleep(0.05)
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            how = f"killed (SIGKILL) after {time.monotonic() - started:.1f} s"
-        else:
-            how = f"stopped in {time.monotonic() - started:.1f} s"
-        self.reap()
-        return how
-
-    @staticmethod
-    def sigterm(child: Child) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.process.pid, signal.SIGTERM)
-
-    def tail(self, lines: int = 3) -> list[str]:
-        try:
-            with open(self.log, "rb") as handle:
-                handle.seek(max(0, os.fstat(handle.fileno()).st_size - 8192))
-                text = handle.read().decode(errors="replace")
-        except OSError:
-            return []
-        return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
 def redis_config(settings: UpSettings) -> str:
@@ -281,18 +172,16 @@ class Supervisor:
     """Starts the children, watches them, restarts the ones that die, stops them in order."""
 
     def __init__(self, settings: UpSettings, out: TextIO | None = None):
-        from spark_jobs.store import Keys
-
-        from .config import Settings
+        from backend.config import Settings
 
         self.settings = settings
         self.out = out or sys.stdout
-        self.service_settings = Settings(redis_url=settings.redis_url or f"redis://{LOOPBACK}:{settings.redis_port}/0",
+        self.service_settings = Settings(redis_url=settings.redis_url, redis_prefix=settings.redis_prefix,
                                          port=settings.port, host=LOOPBACK)
-        self.redis_url = self.service_settings.redis_url
-        self.keys = Keys(self.service_settings.redis_prefix)
+        self.redis_url = settings.redis_url
+        self.keys = settings.keys
         self.client = _redis_client(self.redis_url)
-        self.redis: Child | None = None if settings.redis_url else self._redis_child()
+        self.redis: Child | None = self._redis_child() if settings.starts_redis else None
         self.children: list[Child] = [c for c in (self.redis, self._job_child(), self._api_child()) if c is not None]
         #: called once, when every child is first ready
         self.on_ready: list[Callable[[], None]] = []
@@ -307,6 +196,7 @@ class Supervisor:
     def _env(self) -> dict[str, str]:
         path = os.environ.get("PYTHONPATH")
         return {**os.environ, "PENUMBRA_HOME": str(self.settings.home.absolute()), "PENUMBRA_REDIS_URL": self.redis_url,
+                "PENUMBRA_REDIS_PREFIX": self.settings.redis_prefix,
                 "PENUMBRA_PORT": str(self.settings.port), "PENUMBRA_HOST": LOOPBACK, "SPARK_LOCAL_IP": LOOPBACK,
                 "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": str(PROJECT_ROOT) + (os.pathsep + path if path else "")}
@@ -335,7 +225,7 @@ class Supervisor:
                      stop_seconds=self.settings.up_stop_timeout)
 
     def _api_child(self) -> Child:
-        argv = [sys.executable, "-m", "uvicorn", "backend.up:api_app", "--factory", "--host", LOOPBACK,
+        argv = [sys.executable, "-m", "uvicorn", "backend.main:api_app", "--factory", "--host", LOOPBACK,
                 "--port", str(self.settings.port), "--ws-per-message-deflate", "false", "--no-access-log",
                 "--timeout-graceful-shutdown", "10", "--log-level", "info"]
         return Child("api", f"the API on {self.settings.api_url}", argv, self.settings.logs / "api.log", self._env(),
@@ -359,17 +249,11 @@ class Supervisor:
         return beat.get(b"pid") == str(child.pid).encode() and beat.get(b"active") == b"1"
 
     def _api_answers(self, child: Child) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.settings.api_url}/api/health", timeout=2):
-                return True
-        except urllib.error.HTTPError:
-            return True  # 503 while Redis is away: the API itself is up
-        except OSError:
-            return False
+        return api_answers(self.settings.api_url)
 
     def _bootstrap_admin(self) -> bool:
         """The first admin token, made here (not by the API) so that up can print it."""
-        from .security import Role, TokenStore
+        from backend.security import Role, TokenStore
 
         token = self.service_settings.admin_token
         store = TokenStore(self.client, self.keys)
@@ -541,88 +425,6 @@ class Supervisor:
             self.say(f"{child.name}: {child.title} (pid {pid}) {how}")
 
 
-#: the label of the demo's token: each `up --demo` revokes the one before and makes a new one
-DEMO_LABEL = "demo"
-
-
-class Demo:
-    """``--demo``: the scenarios' streams and queries, and their simulators as children.
-
-    Once everything is up, an analyst token labelled ``demo`` replaces the previous one
-    (it is printed: the dashboard's sign-in takes it); the streams and queries are
-    registered through the API with a short-lived admin token (a query registered before
-    is kept as it is, tuned threshold and all); then one child per scenario runs
-    ``penumbra simulate <scenario> --forever`` at ``PENUMBRA_DEMO_RATE`` events/s."""
-
-    def __init__(self, supervisor: Supervisor):
-        from penumbra.scenarios import SCENARIOS
-
-        self.supervisor = supervisor
-        self.scenarios = SCENARIOS
-        self.token: str | None = None
-        supervisor.on_ready.append(self.start)
-
-    def _tokens(self):
-        from .security import TokenStore
-
-        return TokenStore(self.supervisor.client, self.supervisor.keys)
-
-    def start(self) -> None:
-        from penumbra.feed import FeedError, api_call
-
-        from .security import Role
-
-        sup = self.supervisor
-        tokens = self._tokens()
-        for record in tokens.records():
-            if record["label"] in (DEMO_LABEL, DEMO_LABEL + " set-up"):
-                tokens.revoke(record["id"])
-        self.token, _ = tokens.create(Role.analyst, DEMO_LABEL)
-        admin, record = tokens.create(Role.admin, DEMO_LABEL + " set-up")
-        url = sup.settings.api_url
-        try:
-            for sc in self.scenarios.values():
-                for name, params in sc.streams.items():
-                    status, answer = api_call(url, "PUT", f"/api/streams/{name}", admin, params, patience=30)
-                    if status != 200:
-                        raise FeedError(f"PUT /api/streams/{name}: {status} {answer}")
-                for query in sc.queries:
-                    status, answer = api_call(url, "POST", "/api/queries", admin,
-                                              {"id": query.id, "name": query.name, "text": query.text,
-                                               "threshold": query.threshold}, patience=30)
-                    if status not in (201, 409):
-                        raise FeedError(f"POST /api/queries ({query.id}): {status} {answer}")
-        except FeedError as error:
-            sup.say(f"demo: could not register the scenarios: {error}; the demo does not start")
-            return
-        finally:
-            tokens.revoke(record["id"])
-        for sc in self.scenarios.values():
-            sup.children.append(self._child(sc.name))
-        sup.say(f"demo: {', '.join(self.scenarios)} registered; their simulators send "
-                f"{sup.settings.demo_rate:g} events/s each")
-        sup.say(f"demo: open {url}/ and sign in with the demo token (analyst, new at each start):")
-        sup.say(f"  demo token   {self.token}")
-        sup.say("")
-
-    def _child(self, name: str) -> Child:
-        sup = self.supervisor
-        argv = [sys.executable, "-m", "penumbra", "simulate", name, "--forever", "--duration", "60",
-                "--rate", f"{sup.settings.demo_rate:g}", "--api", sup.settings.api_url]
-        env = {**sup._env(), "PENUMBRA_TOKEN": self.token or ""}
-        return Child(f"sim-{name}", f"the {name} simulator", argv, sup.settings.logs / f"sim-{name}.log", env,
-                     sup.settings.var, probe=lambda child: True, waiting_for=f"the {name} simulator",
-                     stop_seconds=10.0)
-
-
-def api_app():
-    """The API as ``penumbra up`` serves it (``uvicorn backend.up:api_app --factory``)."""
-    from . import Settings, create_app
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return create_app(Settings())
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="penumbra up", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help(),
@@ -644,11 +446,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems = "; ".join(f"PENUMBRA_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in error.errors())
         print(f"penumbra up: error: {problems}", file=sys.stderr)
         return 2
-    if settings.redis_url is None and shutil.which("redis-server") is None:
+    if settings.starts_redis and shutil.which("redis-server") is None:
         print("penumbra up: error: redis-server is not installed (make setup installs it), "
               "or set PENUMBRA_REDIS_URL", file=sys.stderr)
         return 2
     if args.demo:
+        from .demo import Demo
+
         Demo(supervisor)
     return supervisor.run()
 

@@ -1,11 +1,8 @@
-"""Penumbra's Redis schema: the ingest stream, the versioned registry, the result streams.
+"""The registry: registered queries and stream parameters, versioned, validated by the core.
 
-The job, the service and the command line meet only here (docs/redis.md describes
-every key). Nothing in this module imports pyspark.
-
->>> keys = Keys()
->>> keys.ingest, keys.matches("q1"), keys.registry_at(7)
-('pn:in', 'pn:out:matches:q1', 'pn:registry:7')
+Every change bumps the version and stores the whole registry under that version, so a
+micro-batch planned at version ``v`` reads exactly what was registered then, also when
+it is replayed after a crash. Every change is audited in the same MULTI/EXEC.
 """
 
 from __future__ import annotations
@@ -13,8 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import redis
 
@@ -24,111 +20,18 @@ from penumbra.events import parse_streams
 from penumbra.operator import Operator
 from penumbra.query import parse
 
-__all__ = ["DEAD_RAW_BYTES", "Keys", "Registry", "RegistryError", "append_events", "dead_raw", "end_of_input"]
+from .entries import audit_entry
+from .keys import Keys
+
+__all__ = ["TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
 #: version it was planned with).
 VERSION_RETENTION_SECONDS = 7 * 24 * 3600
 #: How long a removed query's tombstone keeps asking its key groups to drop their state.
 TOMBSTONE_SECONDS = 24 * 3600
-#: Entries per pipelined round trip when appending to a stream.
-PIPELINE_CHUNK = 2000
-#: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
-#: huge entries cannot fill Redis, whose dead-letter stream is capped by count.
-DEAD_RAW_BYTES = 8192
-
-
-def dead_raw(raw: bytes) -> dict[str, bytes | int]:
-    """A dead letter's ``raw``: the entry as it came, cut to :data:`DEAD_RAW_BYTES` (then
-    with ``raw_bytes``, its whole length).
-
-    >>> dead_raw(b"{oops"), dead_raw(b"x" * 9000)["raw_bytes"]
-    ({'raw': b'{oops'}, 9000)
-    """
-    if len(raw) <= DEAD_RAW_BYTES:
-        return {"raw": raw}
-    return {"raw": raw[:DEAD_RAW_BYTES], "raw_bytes": len(raw)}
-
-
-@dataclass(frozen=True)
-class Keys:
-    """Key names, under one prefix (``pn`` by default)."""
-
-    prefix: str = "pn"
-
-    @property
-    def ingest(self) -> str:
-        return f"{self.prefix}:in"
-
-    @property
-    def queries(self) -> str:
-        return f"{self.prefix}:queries"
-
-    @property
-    def streams(self) -> str:
-        return f"{self.prefix}:streams"
-
-    @property
-    def version(self) -> str:
-        return f"{self.prefix}:registry"
-
-    def registry_at(self, version: int) -> str:
-        return f"{self.prefix}:registry:{version}"
-
-    @property
-    def audit(self) -> str:
-        return f"{self.prefix}:audit"
-
-    @property
-    def alarm_actions(self) -> str:
-        return f"{self.prefix}:alarm-actions"
-
-    def matches(self, query: str) -> str:
-        return f"{self.prefix}:out:matches:{query}"
-
-    def observations(self, query: str) -> str:
-        return f"{self.prefix}:out:obs:{query}"
-
-    def groups(self, query: str) -> str:
-        return f"{self.prefix}:groups:{query}"
-
-    @property
-    def metrics(self) -> str:
-        return f"{self.prefix}:metrics"
-
-    @property
-    def batches(self) -> str:
-        return f"{self.prefix}:batches"
-
-    @property
-    def live(self) -> str:
-        return f"{self.prefix}:live"
-
-    @property
-    def dead(self) -> str:
-        return f"{self.prefix}:dead"
-
-    @property
-    def counts(self) -> str:
-        return f"{self.prefix}:counts"
-
-    @property
-    def ended(self) -> str:
-        return f"{self.prefix}:ended"
-
-    @property
-    def heartbeat(self) -> str:
-        return f"{self.prefix}:job"
-
-    def alarms(self, query: str) -> str:
-        return f"{self.prefix}:alarms:{query}"
-
-    @property
-    def tokens(self) -> str:
-        return f"{self.prefix}:tokens"
-
-    def rate(self, who: str, slot: int) -> str:
-        return f"{self.prefix}:rate:{who}:{slot}"
+#: Audit entries kept (MAXLEN ~).
+AUDIT_MAXLEN = 100_000
 
 
 class RegistryError(PenumbraError):
@@ -172,6 +75,17 @@ class Registry:
     def query(self, query_id: str) -> dict | None:
         return _loads(self.redis.hget(self.keys.queries, query_id))
 
+    def snapshot(self) -> tuple[int, dict[str, dict], dict[str, dict]]:
+        """The version, queries and stream parameters, read together from the current
+        hashes (which, unlike the per-version copies, never expire)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.get(self.keys.version)
+        pipe.hgetall(self.keys.queries)
+        pipe.hgetall(self.keys.streams)
+        version, queries, streams = pipe.execute()
+        return (int(version or 0), {k.decode(): json.loads(v) for k, v in queries.items()},
+                {k.decode(): json.loads(v) for k, v in streams.items()})
+
     # --- changing --------------------------------------------------------------------------
 
     def register(self, text: str, *, query_id: str | None = None, threshold: float | None = None,
@@ -186,7 +100,7 @@ class Registry:
             entry = {"id": query_id, "text": text, "kind": parsed.kind, "name": name or query_id,
                      "threshold": threshold if threshold is not None else parsed.threshold,
                      "paused": bool(paused), "created": time.time()}
-            read = _check(entry, registry["streams"]).partition_keys()
+            read = check_entry(entry, registry["streams"]).partition_keys()
             # a query keeps the parameters of its streams as they were when it was registered
             entry["streams"] = {s: p for s, p in registry["streams"].items() if s.casefold() in read}
             registry["queries"][query_id] = entry
@@ -206,7 +120,7 @@ class Registry:
             if entry is None:
                 raise RegistryError(f"no query {query_id!r}")
             entry.update(changes)
-            _check(entry, entry["streams"])
+            check_entry(entry, entry["streams"])
             return entry
 
         return self._change(change, who, "update", query_id, changes)
@@ -236,9 +150,8 @@ class Registry:
     def audit(self, who: str, action: str, subject: str, details: Any = None) -> None:
         """Append a change made outside the registry (an alarm acknowledged, a token
         revoked) to the audit stream, in the registry's own shape, at the current version."""
-        self.redis.xadd(self.keys.audit, {"at": time.time(), "who": who, "action": action, "subject": subject,
-                                          "details": json.dumps(details), "version": self.version()},
-                        maxlen=100_000, approximate=True)
+        self.redis.xadd(self.keys.audit, audit_entry(time.time(), who, action, subject, details, self.version()),
+                        maxlen=AUDIT_MAXLEN, approximate=True)
 
     def _change(self, change, who: str, action: str, subject: str, details: Any = None) -> dict:
         keys = self.keys
@@ -268,42 +181,18 @@ class Registry:
                         pipe.hset(keys.queries, mapping={q: json.dumps(e) for q, e in registry["queries"].items()})
                     if registry["streams"]:
                         pipe.hset(keys.streams, mapping={s: json.dumps(p) for s, p in registry["streams"].items()})
-                    pipe.xadd(keys.audit, {"at": now, "who": who, "action": action, "subject": subject,
-                                           "details": json.dumps(details), "version": version + 1},
-                              maxlen=100_000, approximate=True)
+                    pipe.xadd(keys.audit, audit_entry(now, who, action, subject, details, version + 1),
+                              maxlen=AUDIT_MAXLEN, approximate=True)
                     pipe.execute()
                     return result
                 except redis.WatchError:
                     continue
 
 
-def _check(entry: dict, streams: Mapping[str, Any]) -> Operator:
+def check_entry(entry: dict, streams: Mapping[str, Any]) -> Operator:
     """The operator of a query entry the job can run: it parses, builds against the
     streams, and takes its threshold."""
     operator = build_operator(parse(entry["text"]), parse_streams(streams))
     if entry.get("threshold") is not None:
         operator.set_threshold(entry["threshold"])
     return operator
-
-
-def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys = Keys()) -> list[bytes]:
-    """Append events (JSON each) to the ingest stream in order, pipelined; their entry ids."""
-    ids: list[bytes] = []
-    pipe = client.pipeline(transaction=False)
-    pending = 0
-    for event in events:
-        pipe.xadd(keys.ingest, {"e": event})
-        pending += 1
-        if pending == PIPELINE_CHUNK:
-            ids += pipe.execute()
-            pending = 0
-    if pending:
-        ids += pipe.execute()
-    return ids
-
-
-def end_of_input(client: redis.Redis, queries: Iterable[str], keys: Keys = Keys()) -> bytes:
-    """Mark the end of the input of these queries: the job flushes them (emits every
-    match still waiting for more input) once the events before the mark are processed.
-    Returns the mark's entry id (it appears in ``ended`` once done)."""
-    return client.xadd(keys.ingest, {"c": json.dumps({"end": sorted(queries)})})

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .errors import PenumbraError
+from penumbra.errors import PenumbraError
 
 __all__ = ["SCENARIOS", "Check", "Query", "Scenario", "Simulation", "check", "generate", "scenario"]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from spark_jobs.store import VERSION_RETENTION_SECONDS, Keys, Registry
+from contract.keys import Keys
+from contract.registry import Registry, VERSION_RETENTION_SECONDS
 
 STREAMS = {"sa": {"max_delay": 5}, "sb": {"max_delay": 5}}
 JOIN = "SELECT * FROM sa A, sb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5"

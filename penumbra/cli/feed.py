@@ -1,8 +1,8 @@
 """Sending events to a running Penumbra: the client of ``penumbra simulate`` and ``penumbra replay``.
 
-Part of the command layer (like :mod:`penumbra.cli`), not of the core: it speaks HTTP to
-the API (``POST /api/events`` in batches, one kept-alive connection) or, with a Redis
-URL, appends straight to the ingest stream. Transient trouble is waited out, never
+It speaks HTTP to the API (``POST /api/events`` in batches, one kept-alive connection)
+or, with a Redis URL, appends straight to the ingest stream (through
+:mod:`contract.ingest`, its one writer). Transient trouble is waited out, never
 turned into lost events: a refused connection or a 503 (the API or Redis restarting) is
 retried with back-off, a 429 after its ``Retry-After``. A batch that was answered is
 never sent again, so nothing is doubled either; a batch whose answer was lost (the
@@ -136,10 +136,14 @@ class RedisSink:
     """Appends batches straight to the ingest stream (the job validates them)."""
 
     def __init__(self, url: str, prefix: str = "pn"):
-        import redis  # only this path needs it
+        import redis  # only this path needs Redis and the contract
 
+        from contract.ingest import queue_events
+        from contract.keys import Keys
+
+        self.queue_events = queue_events
         self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
-        self.key = f"{prefix}:in"
+        self.keys = Keys(prefix)
         self.errors = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
         self.retries = 0
 
@@ -154,8 +158,7 @@ class RedisSink:
         while True:
             try:
                 pipe = self.client.pipeline(transaction=True)
-                for line in lines:
-                    pipe.xadd(self.key, {"e": line})
+                self.queue_events(pipe, self.keys, lines)
                 pipe.execute()
                 tally.accepted += len(lines)
                 return
@@ -163,7 +166,7 @@ class RedisSink:
                 attempt += 1
                 self.retries += 1
                 if attempt > 40:
-                    raise FeedError(f"Redis at {self.key}: unavailable for too long") from None
+                    raise FeedError(f"Redis at {self.keys.ingest}: unavailable for too long") from None
                 time.sleep(BACKOFF[min(attempt, len(BACKOFF)) - 1])
 
 

@@ -1,20 +1,5 @@
-"""The live feed's fan-out: one Redis reader per process, a bounded queue and one sender
-task per websocket client.
-
-A client subscribes to *feeds*: a kind (``matches``, ``alarms``, ``partitions``,
-``buffers``) of a query, or ``metrics``. Each feed reads one result stream
-(docs/redis.md): matches and alarms ``pn:out:matches:<qid>``, partitions and buffers
-``pn:out:obs:<qid>``, metrics ``pn:metrics``; every message carries the id of the
-stream entry it comes from, the client's cursor for that feed.
-
-The reader is woken by the job's ``pn:live`` messages (and every ``ws_poll`` seconds,
-for writers that publish nothing), reads every stream some feed needs with one
-non-blocking XREAD from where it stopped, and hands each entry to the live feeds on
-that stream: a call that appends to the client's queue and never waits for it. Each
-client's sender task empties its queue onto the socket, so a slow client only delays
-itself. Its queue holds at most ``ws_queue`` matches and alarms (beyond, the client is
-closed with 4008 and resumes from its cursors); partitions, buffers and metrics keep
-only the latest message per feed.
+"""The process's live feed: its clients' subscriptions, the catch-up of each new feed and
+the one reader that hands the result streams out to the live feeds.
 
 A feed joins the live reading after a catch-up from its cursor (XRANGE from the cursor,
 then again until the cursor reaches where the reader stands, all on the same event
@@ -26,66 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from collections import defaultdict
 
 import orjson
 import redis
 import redis.asyncio as aioredis
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from .deps import Service
-from .routes.alarms import alarm
-from .routes.results import PARTS, finite, match_record, projection
-from .security import Principal
+from ..deps import Service
+from ..records import PARTS, alarm, match_record, metrics_record, projection
+from ..security import Principal
+from .client import KINDS, Client, Feed, feed_name
+from .cursor import ZERO, Cursor, encode, entry_cursor, format_cursor
 
-__all__ = ["CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS", "Client",
-           "Hub", "parse_cursor"]
+__all__ = ["REDIS_CONNECTIONS", "Hub"]
 
 log = logging.getLogger("penumbra.api")
-
-KINDS = ("matches", "alarms", "partitions", "buffers", "metrics")
-#: Kinds of which a slow client gets only the latest message per feed.
-COALESCED = frozenset({"partitions", "buffers", "metrics"})
-
-CLOSE_TOO_SLOW = 4008       # the client's queue of matches and alarms overflowed: reconnect and resume
-CLOSE_UNAUTHORIZED = 4401   # no token, an unknown or a revoked one
-CLOSE_FORBIDDEN = 4403      # the token's role may not read the live feed
-CLOSE_UNAVAILABLE = 1013    # Redis unavailable: try again later
 
 #: Entries per XREAD / XRANGE round trip.
 READ_COUNT = 500
 #: Connections of the process's live feed to Redis, and the seconds a call may wait for one.
 REDIS_CONNECTIONS = 64
 REDIS_POOL_WAIT = 30.0
-
-_CURSOR = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
-_LIMIT = 2 ** 64
-
-Cursor = tuple[int, int]
-ZERO: Cursor = (0, 0)
-
-
-def parse_cursor(text: str) -> Cursor:
-    """A stream id (``"1700000000000-3"``, or ``"1700000000000"`` for ``-0``) as a pair.
-
-    >>> parse_cursor("17-3") > parse_cursor("17")
-    True
-    """
-    found = _CURSOR.match(text) if isinstance(text, str) else None
-    if not found or int(found.group(1)) >= _LIMIT or int(found.group(2) or 0) >= _LIMIT:
-        raise ValueError(f"{text!r} is not a stream id (milliseconds-sequence)")
-    return int(found.group(1)), int(found.group(2) or 0)
-
-
-def _text(cursor: Cursor) -> str:
-    return f"{cursor[0]}-{cursor[1]}"
-
-
-def _cursor(entry_id: bytes) -> Cursor:
-    ms, _, seq = entry_id.partition(b"-")
-    return int(ms), int(seq or 0)
 
 
 def _command(parts: list[str]) -> bytes:
@@ -95,123 +42,6 @@ def _command(parts: list[str]) -> bytes:
         raw = part.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
     return b"".join(out)
-
-
-def encode(message: dict) -> str:
-    return orjson.dumps(message).decode()
-
-
-def feed_name(kind: str, query: str | None) -> str:
-    return kind if query is None else f"{kind}:{query}"
-
-
-@dataclass(eq=False)
-class Feed:
-    """One kind of one query (or the metrics) for one client, and its cursor."""
-
-    client: Client
-    kind: str
-    query: str | None
-    stream: str
-    cursor: Cursor = ZERO
-    #: the reader hands it entries (after its catch-up)
-    live: bool = False
-
-    @property
-    def name(self) -> str:
-        return feed_name(self.kind, self.query)
-
-
-@dataclass(frozen=True)
-class _Latest:
-    """A place in a client's queue for a coalesced feed's latest message."""
-
-    name: str
-
-
-@dataclass(eq=False)
-class Client:
-    """A websocket client: its feeds, its queue and its sender task."""
-
-    hub: Hub
-    websocket: WebSocket
-    principal: Principal
-    token: str
-    feeds: dict[str, Feed] = field(default_factory=dict)
-    #: subscribed to every query (also those registered later)
-    everything: bool = False
-    #: the query ids its feeds are for
-    queries: set[str] = field(default_factory=set)
-    kinds: frozenset[str] = frozenset()
-    pending: deque = field(default_factory=deque)
-    latest: dict[str, str] = field(default_factory=dict)
-    waiting: int = 0                    # matches and alarms in ``pending``
-    closing: tuple[int, str] | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    drained: asyncio.Event = field(default_factory=asyncio.Event)
-    sender: asyncio.Task | None = None
-
-    def send(self, message: dict) -> None:
-        """A control message (welcome, subscribed, error, gap, pong)."""
-        self.put(encode(message))
-
-    def put(self, text: str, name: str | None = None) -> None:
-        """Queue a message; ``name`` (a coalesced feed) replaces that feed's waiting message."""
-        if self.closing is not None:
-            return
-        if name is not None:
-            if name not in self.latest:
-                self.pending.append(_Latest(name))
-            self.latest[name] = text
-        else:
-            if self.waiting >= self.hub.settings.ws_queue:
-                self.close(CLOSE_TOO_SLOW, "too slow: reconnect and resume from your cursors")
-                return
-            self.pending.append(text)
-            self.waiting += 1
-            self.drained.clear()
-        self.wake.set()
-
-    def close(self, code: int, reason: str) -> None:
-        """Close after what is being sent now; what waits is dropped (the client resumes it)."""
-        if self.closing is None:
-            self.closing = (code, reason)
-            self.pending.clear()
-            self.latest.clear()
-            self.waiting = 0
-            self.drained.set()
-            self.wake.set()
-
-    async def room(self) -> None:
-        """Wait until the queue is at most half full (a catch-up goes at the client's pace)."""
-        while self.closing is None and self.waiting > self.hub.settings.ws_queue // 2:
-            await self.drained.wait()
-
-    async def run_sender(self) -> None:
-        websocket = self.websocket
-        try:
-            while self.closing is None:
-                if not self.pending:
-                    self.wake.clear()
-                    await self.wake.wait()
-                    continue
-                item = self.pending.popleft()
-                if isinstance(item, _Latest):
-                    text = self.latest.pop(item.name)
-                else:
-                    text = item
-                    self.waiting -= 1
-                    if self.waiting <= self.hub.settings.ws_queue // 4:
-                        self.drained.set()
-                await websocket.send_text(text)
-            await websocket.close(*self.closing)
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            pass  # the client went away; the receiving side sees it too
-        except Exception:  # noqa: BLE001 - uvicorn's own "client disconnected" and the like
-            log.debug("live feed: sender stopped", exc_info=True)
-        finally:
-            self.close(1000, "")  # nothing more is queued (a catch-up waiting for room stops)
 
 
 class Hub:
@@ -315,7 +145,7 @@ class Hub:
             # every entry after these cursors comes next (the catch-up, then the live reading)
             client.send({"type": "subscribed", "queries": "*" if queries is None else sorted(chosen),
                          "kinds": [k for k in KINDS if k in kinds],
-                         "cursors": {name: _text(feed.cursor) for name, feed in client.feeds.items()}})
+                         "cursors": {name: format_cursor(feed.cursor) for name, feed in client.feeds.items()}})
             for feed in started:
                 await self._go_live(feed)
                 if client.closing is not None:
@@ -362,9 +192,9 @@ class Hub:
         else:
             latest = await self.redis.xrevrange(feed.stream, count=1 if kind == "matches" else 2)
             if kind == "matches":
-                feed.cursor = _cursor(latest[0][0]) if latest else ZERO
+                feed.cursor = entry_cursor(latest[0][0]) if latest else ZERO
             else:
-                feed.cursor = _cursor(latest[1][0]) if len(latest) > 1 else ZERO
+                feed.cursor = entry_cursor(latest[1][0]) if len(latest) > 1 else ZERO
         return feed
 
     async def _go_live(self, feed: Feed) -> None:
@@ -383,7 +213,7 @@ class Hub:
                 return
 
     async def _catch_up(self, feed: Feed) -> None:
-        after = f"({_text(feed.cursor)}"
+        after = f"({format_cursor(feed.cursor)}"
         if feed.kind != "matches":
             latest = await self.redis.xrevrange(feed.stream, "+", after, count=1)
             if latest:
@@ -393,11 +223,11 @@ class Hub:
         chunk = min(READ_COUNT, max(1, self.settings.ws_queue // 4))
         while True:
             await feed.client.room()
-            found = await self.redis.xrange(feed.stream, f"({_text(feed.cursor)}", "+", count=chunk)
+            found = await self.redis.xrange(feed.stream, f"({format_cursor(feed.cursor)}", "+", count=chunk)
             for entry_id, fields in found:
                 feed.client.put(self._match_message(feed.query, entry_id, fields))
             if found:
-                feed.cursor = _cursor(found[-1][0])
+                feed.cursor = entry_cursor(found[-1][0])
             if len(found) < chunk or feed.client.closing is not None:
                 return
 
@@ -409,7 +239,7 @@ class Hub:
                 feed.client.put(text)
         else:
             feed.client.put(self._latest_message(feed.kind, feed.query, entry_id, fields), feed.name)
-        feed.cursor = max(feed.cursor, _cursor(entry_id))
+        feed.cursor = max(feed.cursor, entry_cursor(entry_id))
 
     async def _report_gap(self, feed: Feed) -> None:
         """Tell a resuming client when entries after its cursor were trimmed away."""
@@ -418,9 +248,9 @@ class Hub:
         except redis.ResponseError:
             return
         trimmed = info.get("max-deleted-entry-id")
-        if trimmed and _cursor(trimmed) > feed.cursor:
+        if trimmed and entry_cursor(trimmed) > feed.cursor:
             first = info.get("first-entry")
-            feed.client.send({"type": "gap", "feed": feed.name, "since": _text(feed.cursor),
+            feed.client.send({"type": "gap", "feed": feed.name, "since": format_cursor(feed.cursor),
                               "first": first[0].decode() if first else None,
                               "message": "entries after your cursor were trimmed from the capped stream"})
 
@@ -432,7 +262,7 @@ class Hub:
 
     def _latest_message(self, kind: str, query: str | None, entry_id: bytes, fields: dict) -> str:
         if kind == "metrics":
-            data = finite(orjson.loads(fields[b"metrics"]))
+            data = metrics_record(fields)
         else:
             data = projection(entry_id, fields, PARTS[kind])
         return encode({"type": kind, **({} if query is None else {"query": query}), "id": entry_id.decode(),
@@ -553,9 +383,9 @@ class Hub:
             return False
         if self.actions is None:
             latest = await self.redis.xrevrange(self.keys.alarm_actions, count=1)
-            self.actions = _cursor(latest[0][0]) if latest else ZERO
-        wanted = {s: _text(c) for s, c in request.items()}
-        wanted[self.keys.alarm_actions] = _text(self.actions)
+            self.actions = entry_cursor(latest[0][0]) if latest else ZERO
+        wanted = {s: format_cursor(c) for s, c in request.items()}
+        wanted[self.keys.alarm_actions] = format_cursor(self.actions)
         found = await self.redis.xread(wanted, count=READ_COUNT)
         if not found:
             return False
@@ -574,9 +404,9 @@ class Hub:
                 continue  # dropped (or dropped and taken up again) meanwhile: read again next time
             more = more or len(items) == READ_COUNT
             self._hand_out(stream, items, alarms)
-            self.positions[stream] = _cursor(items[-1][0])
+            self.positions[stream] = entry_cursor(items[-1][0])
         if acted:
-            self.actions = _cursor(acted[-1][0])
+            self.actions = entry_cursor(acted[-1][0])
             for query in acted_on:
                 text = alarms.get(query)
                 for feed in self._alarm_feeds(query) if text is not None else ():
@@ -587,14 +417,14 @@ class Hub:
         return [f for f in self.feeds.get(self.keys.matches(query), ()) if f.kind == "alarms" and f.live]
 
     def _hand_out(self, stream: str, items: list, alarms: dict[str, str]) -> None:
-        last = _cursor(items[-1][0])
+        last = entry_cursor(items[-1][0])
         by_kind: dict[tuple[str, str | None], list[Feed]] = defaultdict(list)
         for feed in self.feeds.get(stream, ()):
             if feed.live and feed.cursor < last:
                 by_kind[(feed.kind, feed.query)].append(feed)
         for (kind, query), feeds in by_kind.items():
             if kind == "matches":
-                messages = [(_cursor(i), self._match_message(query, i, f)) for i, f in items]
+                messages = [(entry_cursor(i), self._match_message(query, i, f)) for i, f in items]
                 for feed in feeds:
                     put = feed.client.put
                     for cursor, text in messages:

@@ -9,10 +9,7 @@ are stopped by their process ids.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +18,12 @@ from typing import Any, Sequence
 
 import redis
 
-from .redis_server import RedisServer
-from .store import Keys, Registry, append_events, end_of_input
+from contract.entries import match_value, read_dead, read_metrics, read_observation
+from contract.ingest import append_events, end_of_input
+from contract.keys import Keys
+from contract.registry import Registry
+
+from .processes import Child, RedisServer
 
 __all__ = ["JobProcess", "PipelineError", "evaluate", "wait_for_mark", "wait_for_metrics"]
 
@@ -34,62 +35,45 @@ class PipelineError(RuntimeError):
 
 
 class JobProcess:
-    """``python -m spark_jobs`` (or ``argv``: the same job through spark-submit) as a child
-    process with the given settings (``PENUMBRA_*`` names without the prefix); its output
-    goes to ``log``."""
+    """``python -m spark_jobs`` (or ``argv``: the same job through spark-submit) as a
+    :class:`~penumbra.cli.processes.Child` with the given settings (``PENUMBRA_*`` names
+    without the prefix); its output goes to ``log``."""
 
     def __init__(self, home: Path, redis_url: str, argv: list[str] | None = None, **settings: Any):
-        self.argv = argv or [sys.executable, "-m", "spark_jobs"]
         self.home = Path(home)
         self.log = self.home / "job.log"
-        self.env = {**os.environ, "PENUMBRA_HOME": str(self.home), "PENUMBRA_REDIS_URL": redis_url,
-                    **{f"PENUMBRA_{name.upper()}": str(value) for name, value in settings.items()}}
-        self.process: subprocess.Popen | None = None
+        env = {**os.environ, "PENUMBRA_HOME": str(self.home), "PENUMBRA_REDIS_URL": redis_url,
+               **{f"PENUMBRA_{name.upper()}": str(value) for name, value in settings.items()}}
+        self.child = Child("job", "the Spark job", argv or [sys.executable, "-m", "spark_jobs"], self.log, env,
+                           self.home)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.child.env
+
+    @property
+    def process(self):
+        return self.child.process
 
     def start(self) -> JobProcess:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, cwd=str(self.home), start_new_session=True)
+        self.child.start()
         return self
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.child.alive
 
     def stop(self, timeout: float = 60.0) -> None:
         """SIGTERM (the job stops between batches and keeps its checkpoint); SIGKILL if it hangs."""
-        if self.alive:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._reap()
+        self.child.stop_seconds = timeout
+        self.child.stop()
 
     def kill(self) -> None:
         """kill -9 of the job and of everything it started (its JVM)."""
-        if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
-        self._reap()
-
-    def _reap(self) -> None:
-        if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.process = None
+        self.child.kill()
 
     def tail(self, lines: int = 5) -> str:
-        try:
-            return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-lines:])
-        except OSError:
-            return ""
+        return " | ".join(self.child.tail(lines))
 
 
 def wait_for_mark(client: redis.Redis, mark: bytes, job: JobProcess, timeout: float, keys: Keys = Keys()) -> None:
@@ -111,7 +95,7 @@ def wait_for_metrics(client: redis.Redis, mark: bytes, job: JobProcess, timeout:
     deadline = time.monotonic() + timeout
     while True:
         last = client.xrevrange(keys.metrics, count=1)
-        if last and json.loads(last[0][1][b"metrics"])["batch"] >= batch:
+        if last and read_metrics(last[0][1])["batch"] >= batch:
             return last[0][0].decode()
         if not job.alive:
             raise PipelineError(f"the Spark job stopped: {job.tail()}")
@@ -146,14 +130,14 @@ def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int 
             wait_for_metrics(client, mark, job, 60, keys)
         finally:
             job.stop()
-        matches = [json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID))]
-        processing = sum(json.loads(fields[b"metrics"])["duration_ms"] for _, fields in client.xrange(keys.metrics))
+        matches = [match_value(fields) for _, fields in client.xrange(keys.matches(QUERY_ID))]
+        processing = sum(read_metrics(fields)["duration_ms"] for _, fields in client.xrange(keys.metrics))
         counters: dict[str, float] = {}
-        for _, fields in client.xrange(keys.observations(QUERY_ID)):
-            for name, value in json.loads(fields[b"o"]).get("counters", {}).items():
+        for entry_id, fields in client.xrange(keys.observations(QUERY_ID)):
+            for name, value in read_observation(entry_id, fields)["observations"].get("counters", {}).items():
                 if isinstance(value, (int, float)):
                     counters[name] = counters.get(name, 0) + value
-        late = sum(1 for _, fields in client.xrange(keys.dead) if fields.get(b"query") == QUERY_ID.encode())
+        late = sum(1 for _, fields in client.xrange(keys.dead) if read_dead(fields).get("query") == QUERY_ID)
         client.close()
     stats = {"events": len(lines), "matches": len(matches), "seconds": processing / 1000, "wall_seconds": seconds,
              "not_processed": late,

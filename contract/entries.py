@@ -1,0 +1,257 @@
+"""The shape of every entry Penumbra keeps in Redis: one encoder and one decoder each.
+
+Writers build an entry's fields with the encoder (``*_entry``) and readers take them apart
+with the decoder (``read_*``); docs/redis.md describes each shape. Redis hands fields back
+as bytes, so decoders take ``{bytes: bytes}`` and return plain values.
+
+>>> fields = {k.encode(): str(v).encode() for k, v in match_entry(b'{"events":{"A":"a"},"prob":0.5}', 3, 0).items()}
+>>> read_match(b"1700000000000-0", fields)["prob"]
+0.5
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import orjson
+
+__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "alarm_state_entry", "audit_entry", "control_entry",
+           "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm", "live_batch",
+           "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry", "read_alarm_action",
+           "read_alarm_state", "read_audit", "read_dead", "read_end_mark", "read_match", "read_metrics",
+           "read_observation", "rejected_letter"]
+
+#: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
+#: huge entries cannot fill Redis, whose dead-letter stream is capped by count.
+DEAD_RAW_BYTES = 8192
+
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars as Python numbers, non-finite floats as null."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        return _plain(value.tolist())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+def encode(value: Any) -> bytes:
+    """Compact JSON of an entry's value: numpy values as numbers, non-finite floats as null.
+    Through orjson, which does all of it natively (a match in about a third of the time of
+    the json module); the json module (ASCII escapes) for what orjson does not write:
+    integers beyond 64 bits, lone surrogates.
+
+    >>> encode({"prob": float("nan"), "n": 2 ** 70})
+    b'{"prob":null,"n":1180591620717411303424}'
+    """
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: a type or an integer orjson does not write
+        return json.dumps(_plain(value), separators=(",", ":")).encode()
+
+
+def decode(raw: bytes | str | None) -> Any:
+    """The value of an entry's JSON field (None when the field is absent). Observations
+    hold -Infinity for "no bound yet": the json module reads it back."""
+    return json.loads(raw) if raw is not None else None
+
+
+def entry_time(entry_id: bytes | str) -> float:
+    """Seconds since the epoch at which Redis took a stream entry (its id's first part)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0]) / 1000.0
+
+
+def _text(fields: dict, name: str, default: str | None = None) -> str | None:
+    raw = fields.get(name.encode())
+    return raw.decode(errors="replace") if raw is not None else default
+
+
+def _number(fields: dict, name: str, kind=float):
+    raw = fields.get(name.encode())
+    try:
+        return kind(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+# --- ingest (pn:in) -----------------------------------------------------------------------
+
+#: An ingest entry has one field: an event's JSON, or a control mark (read in the stream's
+#: order, field name and value as they come, by the job's source).
+EVENT_FIELD = "e"
+CONTROL_FIELD = "c"
+
+
+def event_entry(line: bytes | str) -> dict:
+    """An ingest entry holding one event's JSON (DESIGN.md's event shape)."""
+    return {EVENT_FIELD: line}
+
+
+def control_entry(end: Iterable[str]) -> dict:
+    """An ingest entry marking the end of these queries' input (the job flushes them)."""
+    return {CONTROL_FIELD: json.dumps({"end": sorted(end)})}
+
+
+def read_end_mark(data: bytes) -> list[str]:
+    """The query ids a control entry's ``c`` names (none when it is not a valid mark)."""
+    try:
+        queries = json.loads(data)["end"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [q for q in queries if isinstance(q, str)] if isinstance(queries, list) else []
+
+
+# --- dead letters (pn:dead) ---------------------------------------------------------------
+
+def dead_raw(raw: bytes) -> dict[str, bytes | int]:
+    """A dead letter's ``raw``: the entry as it came, cut to :data:`DEAD_RAW_BYTES` (then
+    with ``raw_bytes``, its whole length).
+
+    >>> dead_raw(b"{oops"), dead_raw(b"x" * 9000)["raw_bytes"]
+    ({'raw': b'{oops'}, 9000)
+    """
+    if len(raw) <= DEAD_RAW_BYTES:
+        return {"raw": raw}
+    return {"raw": raw[:DEAD_RAW_BYTES], "raw_bytes": len(raw)}
+
+
+def rejected_letter(reason: str, raw: bytes, at: float, entry: str = "", **source: Any) -> dict:
+    """A rejected entry: the ingest entry's id (empty when it never reached the stream),
+    the reason, what came (cut), and where it came from (``source``, ``who``, ``index``
+    for the API's)."""
+    return {"kind": "rejected", "entry": entry, "reason": reason, **dead_raw(raw), "at": at, **source}
+
+
+def late_letter(query: str, stream: str, event_id: str, reason: str, at: float) -> dict:
+    """An event a query's operator did not process (late beyond the stream's delay, ...)."""
+    return {"kind": "late", "query": query, "stream": stream, "id": event_id, "reason": reason, "at": at}
+
+
+def read_dead(fields: dict) -> dict:
+    """A dead letter: ``kind`` and its fields as text (``raw`` as bytes, numbers as numbers)."""
+    letter: dict[str, Any] = {k.decode(): v.decode(errors="replace") for k, v in fields.items()
+                              if k not in (b"raw", b"at", b"raw_bytes", b"index")}
+    letter["at"] = _number(fields, "at")
+    for name in ("raw_bytes", "index"):
+        if name.encode() in fields:
+            letter[name] = _number(fields, name, int)
+    if b"raw" in fields:
+        letter["raw"] = fields[b"raw"]
+    return letter
+
+
+# --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
+
+def match_entry(match: bytes, batch: int, group: int) -> dict:
+    """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
+    and the key group that found it. The sink appends these by script
+    (:func:`contract.results.queue_matches`), in this shape."""
+    return {"m": match, "b": batch, "g": group}
+
+
+def _batch(fields: dict) -> int | None:
+    return _number(fields, "b", int)
+
+
+def match_value(fields: dict) -> dict:
+    """A match entry's match, as ``penumbra eval`` prints it."""
+    return json.loads(fields[b"m"])
+
+
+def read_match(entry_id: bytes, fields: dict) -> dict:
+    """One match entry: its cursor, events, probability, range (patterns), batch and time."""
+    match = match_value(fields)
+    return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
+            "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id)}
+
+
+def observation_entry(record: dict, batch: int) -> dict:
+    """A query's observations of one micro-batch, combined over its key groups."""
+    return {"o": json.dumps(record), "b": batch}
+
+
+def read_observation(entry_id: bytes, fields: dict) -> dict:
+    """One observation entry: its cursor, batch, time and observations (unbounded as ±inf)."""
+    return {"id": entry_id.decode(), "batch": _batch(fields), "at": entry_time(entry_id),
+            "observations": json.loads(fields[b"o"])}
+
+
+def metrics_entry(metrics: dict) -> dict:
+    """The job's progress report of one micro-batch."""
+    return {"metrics": json.dumps(metrics)}
+
+
+def read_metrics(fields: dict) -> dict:
+    return json.loads(fields[b"metrics"])
+
+
+# --- pub/sub (pn:live): what changed, to wake the live feeds ---------------------------------
+
+def live_batch(batch: int, at: float, matches: dict[str, int], observations: Iterable[str], dead: int) -> str:
+    return json.dumps({"batch": batch, "at": at, "matches": matches, "observations": sorted(observations),
+                       "dead": dead})
+
+
+def live_metrics(metrics: dict) -> str:
+    return json.dumps({"metrics": metrics})
+
+
+def live_alarm(query: str) -> str:
+    return json.dumps({"alarm": query})
+
+
+# --- alarms (pn:alarms:<qid>, pn:alarm-actions) ----------------------------------------------
+
+def alarm_state_entry(state: str, by: str, at: float, acted_added: int, **fields: Any) -> dict:
+    """A query's alarm state as stored: the state, who set it and when, the match count
+    then (``acted_added``), and the state's own fields (``until`` of a silence; ``added``
+    and ``cursor`` at a resolution)."""
+    return {"state": state, "by": by, "at": at, "acted_added": acted_added, **fields}
+
+
+def read_alarm_state(fields: dict) -> dict:
+    """A stored alarm state (empty: never acted on), numbers as numbers."""
+    if not fields:
+        return {}
+    state = {"state": _text(fields, "state", "new"), "by": _text(fields, "by"), "at": _number(fields, "at"),
+             "acted_added": _number(fields, "acted_added", int) or 0, "added": _number(fields, "added", int) or 0,
+             "cursor": _text(fields, "cursor"), "until": _number(fields, "until")}
+    return state
+
+
+def alarm_action_entry(query: str, action: str) -> dict:
+    return {"q": query, "action": action}
+
+
+def read_alarm_action(fields: dict) -> tuple[str | None, str | None]:
+    """The query and action of an alarm-action entry."""
+    return _text(fields, "q"), _text(fields, "action")
+
+
+# --- audit (pn:audit) --------------------------------------------------------------------------
+
+def audit_entry(at: float, who: str, action: str, subject: str, details: Any, version: int) -> dict:
+    """Who changed what, when, and the registry version then."""
+    return {"at": at, "who": who, "action": action, "subject": subject, "details": json.dumps(details),
+            "version": version}
+
+
+def read_audit(entry_id: bytes, fields: dict) -> dict:
+    text = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+    try:
+        details = json.loads(text.get("details", "null"))
+    except ValueError:
+        details = text.get("details")
+    version = text.get("version")
+    return {"id": entry_id.decode(), "at": float(text.get("at", 0)), "who": text.get("who", ""),
+            "action": text.get("action", ""), "subject": text.get("subject", ""), "details": details,
+            "version": int(version) if version and version.isdigit() else None}

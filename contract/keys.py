@@ -1,0 +1,109 @@
+"""Key names of Penumbra's Redis, under one prefix (docs/redis.md has a row for each).
+
+>>> keys = Keys()
+>>> keys.ingest, keys.matches("q1"), keys.registry_at(7)
+('pn:in', 'pn:out:matches:q1', 'pn:registry:7')
+>>> Keys("site-a").ingest
+'site-a:in'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_PREFIX", "Keys", "PREFIX_PATTERN"]
+
+DEFAULT_PREFIX = "pn"
+#: A prefix is one key segment: no ``:`` (it would read as two), no blanks or glob characters.
+PREFIX_PATTERN = r"[A-Za-z0-9_.\-]{1,64}"
+_PREFIX = re.compile(PREFIX_PATTERN + r"\Z")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names, under one prefix (``pn`` by default)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self):
+        if not isinstance(self.prefix, str) or not _PREFIX.match(self.prefix):
+            raise ValueError(f"a Redis key prefix is 1-64 letters, digits, '_', '.' or '-', not {self.prefix!r}")
+
+    @property
+    def ingest(self) -> str:
+        return f"{self.prefix}:in"
+
+    @property
+    def queries(self) -> str:
+        return f"{self.prefix}:queries"
+
+    @property
+    def streams(self) -> str:
+        return f"{self.prefix}:streams"
+
+    @property
+    def version(self) -> str:
+        return f"{self.prefix}:registry"
+
+    def registry_at(self, version: int) -> str:
+        return f"{self.prefix}:registry:{version}"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}:audit"
+
+    @property
+    def alarm_actions(self) -> str:
+        return f"{self.prefix}:alarm-actions"
+
+    def matches(self, query: str) -> str:
+        return f"{self.prefix}:out:matches:{query}"
+
+    def observations(self, query: str) -> str:
+        return f"{self.prefix}:out:obs:{query}"
+
+    def groups(self, query: str) -> str:
+        return f"{self.prefix}:groups:{query}"
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.prefix}:metrics"
+
+    @property
+    def batches(self) -> str:
+        return f"{self.prefix}:batches"
+
+    @property
+    def live(self) -> str:
+        return f"{self.prefix}:live"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def counts(self) -> str:
+        return f"{self.prefix}:counts"
+
+    @property
+    def ended(self) -> str:
+        return f"{self.prefix}:ended"
+
+    @property
+    def heartbeat(self) -> str:
+        return f"{self.prefix}:job"
+
+    def alarms(self, query: str) -> str:
+        return f"{self.prefix}:alarms:{query}"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.prefix}:tokens"
+
+    @property
+    def tokens_bootstrap(self) -> str:
+        return f"{self.prefix}:tokens:bootstrap"
+
+    def rate(self, who: str, slot: int) -> str:
+        return f"{self.prefix}:rate:{who}:{slot}"

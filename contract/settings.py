@@ -1,0 +1,50 @@
+"""What every process of Penumbra shares: the Redis, the key prefix, the home folder.
+
+The job (``spark_jobs.settings.JobSettings``), the service (``backend.config.Settings``)
+and ``penumbra up`` (``penumbra.cli.up.UpSettings``) extend :class:`SharedSettings` with
+their own fields, all read from ``PENUMBRA_`` environment variables: a prefix set once
+moves the whole system.
+
+>>> SharedSettings(redis_prefix="site-a").keys.ingest
+'site-a:in'
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import redis
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .keys import DEFAULT_PREFIX, PREFIX_PATTERN, Keys
+
+__all__ = ["DEFAULT_REDIS_URL", "SharedSettings"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _home() -> Path:
+    return Path(os.environ.get("PENUMBRA_HOME", Path.cwd()))
+
+
+class SharedSettings(BaseSettings):
+    """The settings every process reads alike (environment variables with the ``PENUMBRA_`` prefix)."""
+
+    model_config = SettingsConfigDict(env_prefix="PENUMBRA_", extra="ignore")
+
+    home: Path = Field(default_factory=_home, description=(
+        "base folder of var/: Redis data, the job's checkpoint, logs (default: the current folder)"))
+    redis_url: str = Field(DEFAULT_REDIS_URL, description="the Redis of ingest, registry and results")
+    redis_prefix: str = Field(DEFAULT_PREFIX, pattern=rf"^{PREFIX_PATTERN}$",
+                              description="prefix of every Redis key (docs/redis.md)")
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.redis_prefix)
+
+    def redis_client(self, timeout: float | None = None, **options) -> redis.Redis:
+        """A client of the shared Redis (``timeout``: seconds to connect and per call)."""
+        return redis.Redis.from_url(self.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                    **options)

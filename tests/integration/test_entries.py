@@ -1,0 +1,119 @@
+"""The Redis contract's entries through a real Redis: what a writer's encoder puts in, the
+reader's decoder gets back, as Redis hands it (every field as bytes), field for field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from contract import entries
+from contract.ingest import append_events, end_of_input, queue_events
+from contract.keys import Keys
+from contract.results import queue_matches
+
+
+@pytest.fixture
+def client(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+def added(client, stream: str, fields: dict) -> tuple[bytes, dict]:
+    entry_id = client.xadd(stream, fields)
+    found = client.xrange(stream, entry_id, entry_id)
+    assert len(found) == 1
+    return found[0]
+
+
+def test_ingest_entries_carry_each_event_as_sent_and_end_marks_their_queries(client, keys):
+    lines = [b'{"stream": "s", "id": "1"}', '{"stream": "s", "id": "\u00e9"}', b"not json at all"]
+    ids = append_events(client, lines, keys)
+    mark = end_of_input(client, ["q2", "q1"], keys)
+    found = client.xrange(keys.ingest)
+    assert [entry_id for entry_id, _ in found] == ids + [mark]
+    assert [fields for _, fields in found[:3]] == [{entries.EVENT_FIELD.encode(): (line if isinstance(line, bytes)
+                                                                                   else line.encode())}
+                                                   for line in lines]
+    assert list(found[3][1]) == [entries.CONTROL_FIELD.encode()]
+    assert entries.read_end_mark(found[3][1][entries.CONTROL_FIELD.encode()]) == ["q1", "q2"]
+    assert entries.read_end_mark(b'{"end": "q1"}') == [] and entries.read_end_mark(b"{oops") == []
+    # queue_events writes in the caller's transaction, in order, after what came before
+    pipe = client.pipeline(transaction=True)
+    assert queue_events(pipe, keys, [b"a", b"b"]) == 2
+    pipe.execute()
+    assert [f for _, f in client.xrange(keys.ingest)][-2:] == [{b"e": b"a"}, {b"e": b"b"}]
+
+
+def test_append_events_goes_in_order_across_its_pipelined_chunks(client, keys, monkeypatch):
+    monkeypatch.setattr("contract.ingest.PIPELINE_CHUNK", 7)
+    lines = [json.dumps({"n": n}) for n in range(30)]
+    assert len(append_events(client, lines, keys)) == 30
+    assert [json.loads(f[b"e"])["n"] for _, f in client.xrange(keys.ingest)] == list(range(30))
+
+
+def test_dead_letters_keep_their_fields_and_cut_what_came_to_8_kib(client, keys):
+    big = b"x" * (entries.DEAD_RAW_BYTES + 5)
+    entry_id, fields = added(client, keys.dead, entries.rejected_letter("bad ts", big, 12.5, source="api",
+                                                                        who="ops", index=3))
+    assert entries.read_dead(fields) == {"kind": "rejected", "entry": "", "reason": "bad ts", "at": 12.5,
+                                         "raw": big[:entries.DEAD_RAW_BYTES], "raw_bytes": len(big),
+                                         "source": "api", "who": "ops", "index": 3}
+    _, fields = added(client, keys.dead, entries.rejected_letter("no field", b"{}", 1.0, entry="5-0"))
+    assert entries.read_dead(fields) == {"kind": "rejected", "entry": "5-0", "reason": "no field", "at": 1.0,
+                                         "raw": b"{}"}
+    _, fields = added(client, keys.dead, entries.late_letter("q1", "seismic", "s-17", "late by 3", 2.0))
+    assert entries.read_dead(fields) == {"kind": "late", "query": "q1", "stream": "seismic", "id": "s-17",
+                                         "reason": "late by 3", "at": 2.0}
+
+
+def test_matches_written_by_script_read_back_with_batch_group_and_time(client, keys):
+    matches = [(entries.encode({"events": {"A": f"a{n}", "B": "b"}, "prob": n / 10, "range": [n, n + 1]}), n % 3)
+               for n in range(5)]
+    pipe = client.pipeline(transaction=True)
+    queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000)
+    pipe.execute()
+    found = client.xrange(keys.matches("q1"))
+    assert [fields for _, fields in found] == [
+        {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in entries.match_entry(m, 42, g).items()}
+        for m, g in matches]
+    first_id, first = found[1]
+    record = entries.read_match(first_id, first)
+    assert record == {"id": first_id.decode(), "events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2],
+                      "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000}
+    assert entries.match_value(first) == {"events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2]}
+
+
+def test_observations_metrics_audit_and_alarm_state_read_back_as_written(client, keys):
+    observed = {"watermark": -float("inf"), "buffers": {"A": 3}, "floor": 0.05}
+    entry_id, fields = added(client, keys.observations("q1"), entries.observation_entry(observed, 7))
+    read = entries.read_observation(entry_id, fields)
+    assert read["batch"] == 7 and read["observations"] == observed
+    metrics = {"batch": 3, "rows": 100, "lag_seconds": 0.25}
+    _, fields = added(client, keys.metrics, entries.metrics_entry(metrics))
+    assert entries.read_metrics(fields) == metrics
+    entry_id, fields = added(client, keys.audit, entries.audit_entry(5.5, "ops", "update", "q1", {"threshold": 0.7}, 9))
+    assert entries.read_audit(entry_id, fields) == {"id": entry_id.decode(), "at": 5.5, "who": "ops",
+                                                    "action": "update", "subject": "q1",
+                                                    "details": {"threshold": 0.7}, "version": 9}
+    _, fields = added(client, keys.alarm_actions, entries.alarm_action_entry("q1", "silenced"))
+    assert entries.read_alarm_action(fields) == ("q1", "silenced")
+    client.hset(keys.alarms("q1"), mapping=entries.alarm_state_entry("silenced", "ops", 10.0, 4, until=99.5))
+    assert entries.read_alarm_state(client.hgetall(keys.alarms("q1"))) == {
+        "state": "silenced", "by": "ops", "at": 10.0, "acted_added": 4, "added": 0, "cursor": None, "until": 99.5}
+    assert entries.read_alarm_state({}) == {}
+
+
+def test_the_live_messages_name_what_changed():
+    assert json.loads(entries.live_batch(3, 1.5, {"q1": 2}, {"q2", "q1"}, 0)) == {
+        "batch": 3, "at": 1.5, "matches": {"q1": 2}, "observations": ["q1", "q2"], "dead": 0}
+    assert json.loads(entries.live_metrics({"batch": 1})) == {"metrics": {"batch": 1}}
+    assert json.loads(entries.live_alarm("q1")) == {"alarm": "q1"}
+
+
+@pytest.mark.parametrize("prefix", ["", "a:b", "two words", "x" * 65, "pn*"])
+def test_a_prefix_is_one_plain_key_segment(prefix):
+    with pytest.raises(ValueError, match="prefix"):
+        Keys(prefix)
