@@ -1,41 +1,13 @@
-// Probability inspector. For a join: for an event of one of its streams,
-// P(|X_event - X_partner| <= d) against the partner's max time, one line per partner
-// template (or the shortest and longest interval), with the threshold and the probing
-// ranges LPR / SR / RPR shaded and labelled (POST /api/queries/{id}/curve), and the
-// probing ranges the job recorded for recently arrived events. For a pattern match: a
-// timeline of its events' uncertainty intervals and valid intervals with the match range
-// and confidence (the job's observations). For a lossy match: its observed and missed
-// components with the probability.
+// Probability inspector: choose a query and see what the job knows of it, drawn by its
+// kind's module: a join's probability curve and probing ranges (inspector/join.js), a
+// pattern match's timeline (inspector/pattern.js), a lossy match's observed and missed
+// components (inspector/lossy.js).
 
-import { get, post, q } from "../api.js";
-import { clock, count, esc, likelihood, number, percent } from "../format.js";
-import { draw, palette, purge } from "../charts.js";
+import { esc } from "../format.js";
 import { bus, store } from "../store.js";
-
-const REGIONS = [["lpr", "LPR", "left probing range"], ["sr", "SR", "safe range"], ["rpr", "RPR", "right probing range"]];
-const FILL = { lpr: "rgba(31,95,191,0.12)", sr: "rgba(47,111,62,0.14)", rpr: "rgba(192,91,0,0.12)" };
-/** Buffered partners' markers: colour and shape per probing range (never colour alone). */
-const MARKER = { lpr: ["#1f5fbf", "triangle-left"], sr: ["#2f6f3e", "circle"], rpr: ["#c05b00", "triangle-right"],
-  none: ["#6b7280", "x"] };
-/** Buffered events seen in the job's observations, per query (id -> event), newest last; at most this many. */
-const POOL = new Map();
-const POOL_SIZE = 200;
-
-function remember(id, projection) {
-  const pool = POOL.get(id) ?? new Map();
-  const sample = projection?.value?.newly_buffered;
-  for (const e of Array.isArray(sample) ? sample : []) {
-    pool.delete(e.id);
-    pool.set(e.id, e);
-  }
-  while (pool.size > POOL_SIZE) pool.delete(pool.keys().next().value);
-  POOL.set(id, pool);
-}
-
-function paramsOf(entry, stream) {
-  const found = Object.entries(entry.streams ?? {}).find(([name]) => name.toLowerCase() === stream.toLowerCase());
-  return found ? found[1] : {};
-}
+import { mountJoin } from "./inspector/join.js";
+import { showSequence } from "./inspector/lossy.js";
+import { purgePattern, showPattern } from "./inspector/pattern.js";
 
 export default {
   title: "Probability inspector",
@@ -44,38 +16,11 @@ export default {
       <div class="view-head"><h1>Probability inspector</h1></div>
       <div class="filters"><div><label for="ins-query">Query</label><select id="ins-query"></select></div></div>
       <div id="match-panel" class="card stack" hidden></div>
-      <div id="join-panel" class="stack">
-      <form class="card" id="inspect-form" novalidate>
-        <div class="form-grid">
-          <div><label for="ins-stream">Event's stream</label><select id="ins-stream"></select></div>
-          <div><label for="ins-id">Event id</label><input id="ins-id" value="probe"></div>
-          <div><label for="ins-kind">Timestamp</label><select id="ins-kind">
-            <option value="template">detected time + template</option><option value="interval">interval</option></select></div>
-          <div data-kind="template"><label for="ins-detected">Detected at</label><input id="ins-detected" type="number" step="any"></div>
-          <div data-kind="template"><label for="ins-template">Template</label><select id="ins-template"></select></div>
-          <div data-kind="interval"><label for="ins-lo">From</label><input id="ins-lo" type="number" step="any"></div>
-          <div data-kind="interval"><label for="ins-hi">To</label><input id="ins-hi" type="number" step="any"></div>
-        </div>
-        <p id="ins-error" class="error" role="alert" hidden></p>
-        <div class="row"><button type="submit" class="primary">Draw the curve</button></div>
-      </form>
-      <section class="card stack" aria-labelledby="curve-title">
-        <h2 id="curve-title">Join probability against the partner's max time</h2>
-        <p class="muted small" id="curve-note"></p>
-        <div class="chart" id="ins-chart" role="img" aria-label="Join probability against the partner's max time"></div>
-        <div id="ins-ranges"></div>
-      </section>
-      <section class="card" aria-labelledby="samples-title">
-        <h2 id="samples-title">Probing ranges of recent events</h2>
-        <div id="ins-samples"></div>
-      </section>
-      </div>`;
+      <div id="join-panel" class="stack"></div>`;
 
     const $ = (s) => main.querySelector(s);
-    const chart = $("#ins-chart");
-    let streams = [];
-
-    const matchChart = () => main.querySelector("#match-chart");
+    const matchPanel = $("#match-panel");
+    const join = mountJoin($("#join-panel"), () => $("#ins-query").value);
 
     function fillQueries() {
       const chosen = $("#ins-query").value || params.get("query");
@@ -86,261 +31,33 @@ export default {
       if (entries.some((e) => e.id === chosen)) $("#ins-query").value = chosen;
     }
 
-    function showKind() {
-      const kind = $("#ins-kind").value;
-      main.querySelectorAll("[data-kind]").forEach((el) => { el.hidden = el.dataset.kind !== kind; });
-    }
-
-    function fillTemplates() {
-      const entry = store.queries.get($("#ins-query").value);
-      if (!entry) return;
-      const templates = Object.keys(paramsOf(entry, $("#ins-stream").value).templates ?? {});
-      $("#ins-template").innerHTML = templates.map((t) => `<option>${esc(t)}</option>`).join("");
-      $("#ins-kind").value = templates.length ? "template" : "interval";
-      $("#ins-kind").querySelector('[value="template"]').disabled = !templates.length;
-      showKind();
-    }
-
-    // the latest request for a curve: an earlier one that answers later draws nothing, nor
-    // does one still in flight when another query is chosen
-    let latestCurve = 0;
-
     async function chooseQuery() {
-      latestCurve += 1;
+      join.cancel();
       const entry = store.queries.get($("#ins-query").value);
       if (!entry) return;
       $("#join-panel").hidden = entry.kind !== "join";
       $("#match-panel").hidden = entry.kind === "join";
       if (entry.kind !== "join") {
-        purge(chart);
-        await (entry.kind === "pattern" ? showPattern(entry) : showSequence(entry));
+        join.purge();
+        await (entry.kind === "pattern" ? showPattern(matchPanel, entry) : showSequence(matchPanel, entry));
         return;
       }
-      purge(matchChart());
-      try {
-        streams = (await post("/validate", { text: entry.text })).streams ?? [];
-      } catch {
-        streams = Object.keys(entry.streams ?? {});
-      }
-      $("#ins-stream").innerHTML = streams.map((s) => `<option>${esc(s)}</option>`).join("");
-      const watermark = store.partitions.get(entry.id)?.value?.watermark;
-      const at = Number.isFinite(watermark) ? watermark : 1000;
-      $("#ins-detected").value = at;
-      $("#ins-lo").value = at;
-      $("#ins-hi").value = at + 10;
-      fillTemplates();
-      renderSamples();
-      await drawCurve();
-    }
-
-    function event() {
-      const ts = $("#ins-kind").value === "template"
-        ? { detected: Number($("#ins-detected").value), template: $("#ins-template").value }
-        : { lo: Number($("#ins-lo").value), hi: Number($("#ins-hi").value) };
-      return { stream: $("#ins-stream").value, id: $("#ins-id").value || "probe", ts };
-    }
-
-    async function drawCurve() {
-      const mine = ++latestCurve;
-      const id = $("#ins-query").value;
-      // the form as it is now: the curve, its markers and its note all describe this event
-      const probe = event();
-      const error = $("#ins-error");
-      error.hidden = true;
-      if (!id || !$("#ins-stream").value) return;
-      let curve;
-      remember(id, store.partitions.get(id));
-      if (!POOL.get(id)?.size) {
-        // a quiet query (nothing buffered in the feed's messages since the page opened):
-        // read what its last micro-batches buffered
-        try {
-          const recent = (await get(`${q(id)}/observations?limit=20`)).items;
-          for (const record of [...recent].reverse()) remember(id, { value: record.observations });
-        } catch { /* drawn without markers */ }
-      }
-      const own = probe.stream.toLowerCase();
-      const partners = [...(POOL.get(id) ?? new Map()).values()].filter((e) => e.stream.toLowerCase() !== own)
-        .slice(-POOL_SIZE);
-      try {
-        curve = await post(`${q(id)}/curve`, { event: probe, points: 240, partners });
-      } catch (failure) {
-        if (mine !== latestCurve) return;
-        error.textContent = `No curve: ${failure.message}`;
-        error.hidden = false;
-        return;
-      }
-      if (mine !== latestCurve) return;
-      const colours = palette();
-      const xs = curve.x;
-      const lo = xs[0];
-      const hi = xs[xs.length - 1];
-      const clip = (v, fallback) => (v === null || v === undefined ? fallback : Math.min(hi, Math.max(lo, v)));
-      const shapes = [];
-      const annotations = [];
-      for (const [key, label, words] of REGIONS) {
-        const range = curve[key];
-        if (!range) continue;
-        const x0 = clip(range[0], lo);
-        const x1 = clip(range[1], hi);
-        if (x1 <= x0) continue;
-        shapes.push({ type: "rect", xref: "x", yref: "paper", x0, x1, y0: 0, y1: 1, fillcolor: FILL[key], line: { width: 0 }, layer: "below" });
-        annotations.push({ x: (x0 + x1) / 2, y: 1, yref: "paper", yanchor: "bottom", showarrow: false, text: `<b>${label}</b>`,
-          hovertext: words, font: { color: colours.text } });
-      }
-      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: curve.threshold, y1: curve.threshold,
-        line: { color: colours.danger, width: 2, dash: "dash" } });
-      annotations.push({ xref: "paper", x: 1, y: curve.threshold, xanchor: "right", yanchor: "bottom", showarrow: false,
-        text: `threshold ${percent(curve.threshold)}`, font: { color: colours.danger } });
-      const dashes = ["solid", "dot", "dashdot", "longdash", "longdashdot"];
-      const data = Object.entries(curve.curves).map(([name, ys], i) => ({
-        x: xs, y: ys, type: "scatter", mode: "lines", name: `partner ${name}`, line: { width: 2, dash: dashes[i % dashes.length] },
-        hovertemplate: `partner ${esc(name)}: %{y:.1%} at %{x:,.1f}<extra></extra>`,
-      }));
-      const names = { lpr: "in LPR", sr: "in SR", rpr: "in RPR", none: "outside the ranges" };
-      for (const key of ["lpr", "sr", "rpr", "none"]) {
-        const points = (curve.partners ?? []).filter((p) => (p.partition ?? "none") === key && p.x >= lo && p.x <= hi);
-        if (!points.length) continue;
-        const [colour, symbol] = MARKER[key];
-        data.push({ x: points.map((p) => p.x), y: points.map((p) => p.prob), text: points.map((p) => p.id),
-          type: "scatter", mode: "markers", name: `buffered partners ${names[key]}`,
-          marker: { color: colour, symbol, size: 10, line: { width: 1, color: colours.text } },
-          hovertemplate: `%{text}: %{y:.1%} at %{x:,.1f} (${names[key]})<extra></extra>` });
-      }
-      await draw(chart, data, {
-        xaxis: { title: { text: "partner's max time" } },
-        yaxis: { title: { text: "join probability" }, range: [0, 1.05], tickformat: ".0%" },
-        shapes, annotations, margin: { l: 60, r: 16, t: 36, b: 48 },
-      }, () => mine === latestCurve);
-      if (mine !== latestCurve) return;
-      const shown = (curve.partners ?? []).filter((p) => p.x >= lo && p.x <= hi).length;
-      $("#curve-note").textContent = `Event ${probe.id} of ${probe.stream}; ${Object.keys(curve.curves).length} partner `
-        + `${Object.keys(curve.curves).length === 1 ? "shape" : "shapes"}; floor ${percent(curve.floor)}; `
-        + `${count(shown)} of ${count((curve.partners ?? []).length)} buffered partners the job reported lie in view.`;
-      $("#ins-ranges").innerHTML = `<table class="responsive"><thead><tr><th scope="col">Region</th><th scope="col">From</th><th scope="col">To</th></tr></thead><tbody>`
-        + REGIONS.map(([key, label, words]) => `<tr><td data-label="Region"><strong>${label}</strong> <span class="muted small">${words}</span></td>`
-          + `<td data-label="From" class="num">${number(curve[key]?.[0] ?? null)}</td><td data-label="To" class="num">${curve[key]?.[1] === null ? "unbounded" : number(curve[key]?.[1])}</td></tr>`).join("")
-        + `</tbody></table>`;
-    }
-
-    function renderSamples() {
-      const id = $("#ins-query").value;
-      const latest = store.partitions.get(id);
-      const samples = latest?.value?.partitions ?? [];
-      if (!samples.length) {
-        $("#ins-samples").innerHTML = `<p class="muted">None recorded yet for this query (the job records a few arriving events per micro-batch).</p>`;
-        return;
-      }
-      const cell = (r, i) => (r ? (r[i] === null ? "unbounded" : number(r[i])) : "—");
-      $("#ins-samples").innerHTML = `<p class="muted small">Micro-batch ${count(latest.batch)}, watermark ${number(latest.value.watermark)}.</p>
-        <table class="responsive"><thead><tr><th scope="col">Event</th><th scope="col">LPR</th><th scope="col">SR</th><th scope="col">RPR</th></tr></thead><tbody>`
-        + samples.map((s) => `<tr><td data-label="Event">${esc(s.stream)} ${esc(s.id)}</td>`
-          + ["lpr", "sr", "rpr"].map((k) => `<td data-label="${k.toUpperCase()}" class="num">${cell(s[k], 0)} – ${cell(s[k], 1)}</td>`).join("")
-          + `</tr>`).join("") + `</tbody></table>`;
-    }
-
-
-    // ---- pattern matches: a timeline of the events' intervals
-
-    async function showPattern(entry) {
-      const panel = $("#match-panel");
-      let found = [];
-      try {
-        const records = (await get(`${q(entry.id)}/observations?limit=20`)).items;
-        found = records.flatMap((r) => (r.observations?.matches ?? []).map((m) => ({ ...m, batch: r.batch })));
-      } catch { /* shown as none */ }
-      if (!found.length) {
-        panel.innerHTML = `<h2>Pattern matches</h2><p class="muted">No match detail recorded yet (the job records
-          the intervals of the first matches of each micro-batch).</p>`;
-        return;
-      }
-      panel.innerHTML = `<h2>Pattern match</h2>
-        <div><label for="ins-match">Match</label><select id="ins-match">${found.map((m, i) =>
-          `<option value="${i}">${esc(Object.values(m.events).join(", "))} · ${percent(m.prob)} · batch ${count(m.batch)}</option>`).join("")}</select></div>
-        <p id="match-note"></p>
-        <div class="chart small" id="match-chart" role="img" aria-label="The match's events' uncertainty intervals on a timeline"></div>`;
-      const drawMatch = () => {
-        const m = found[Number($("#ins-match").value)];
-        const variables = Object.keys(m.intervals ?? m.events);
-        const colours = palette();
-        const bar = (key, name, width, colour) => ({
-          type: "bar", orientation: "h", name, y: variables,
-          base: variables.map((v) => m[key]?.[v]?.[0] ?? null),
-          x: variables.map((v) => (m[key]?.[v] ? m[key][v][1] - m[key][v][0] || 0.5 : null)),
-          width, marker: { color: colour }, hovertemplate: `%{y}: %{base:,.1f} – %{customdata:,.1f}<extra>${name}</extra>`,
-          customdata: variables.map((v) => m[key]?.[v]?.[1] ?? null),
-        });
-        const shapes = m.range ? [{ type: "rect", xref: "x", yref: "paper", x0: m.range[0], x1: m.range[1], y0: 0, y1: 1,
-          fillcolor: "rgba(31,95,191,0.10)", line: { color: colours.accent, dash: "dot" }, layer: "below" }] : [];
-        draw(matchChart(), [bar("intervals", "occurrence interval", 0.6, colours.muted), bar("valid", "valid interval", 0.3, colours.accent)], {
-          barmode: "overlay", xaxis: { title: { text: "time" } }, yaxis: { autorange: "reversed", type: "category" },
-          shapes, annotations: m.range ? [{ x: (m.range[0] + m.range[1]) / 2, y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
-            text: `match range ${number(m.range[0])} – ${number(m.range[1])}` }] : [],
-          margin: { l: 60, r: 16, t: 30, b: 48 },
-        });
-        $("#match-note").innerHTML = `Confidence <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that
-          ${variables.map(esc).join(" < ")} happened in this order within the window; events ${esc(Object.entries(m.events).map(([v, id]) => `${v} ${id}`).join(", "))}.`;
-      };
-      $("#ins-match").addEventListener("change", drawMatch);
-      drawMatch();
-    }
-
-    // ---- lossy matches: observed and missed components
-
-    async function showSequence(entry) {
-      const panel = $("#match-panel");
-      const components = [...(entry.text.match(/SEQUENCE\s*\(([^)]*)\)/i)?.[1] ?? "").split(",")]
-        .map((part) => part.trim().match(/^(!?)\s*(\S+)\s+(\S+)$/)).filter(Boolean)
-        .map(([, negated, stream, variable]) => ({ negated: !!negated, stream, variable }));
-      let matches = [];
-      try {
-        matches = (await get(`${q(entry.id)}/matches?limit=50`)).items;
-      } catch { /* shown as none */ }
-      if (!matches.length) {
-        panel.innerHTML = `<h2>Lossy matches</h2><p class="muted">No match yet.</p>`;
-        return;
-      }
-      panel.innerHTML = `<h2>Lossy match</h2>
-        <div><label for="ins-match">Match</label><select id="ins-match">${matches.map((m, i) =>
-          `<option value="${i}">${clock(m.at)} · ${percent(m.prob)} · ${esc(Object.values(m.events).join(", "))}</option>`).join("")}</select></div>
-        <div id="lossy-detail"></div>`;
-      const show = () => {
-        const m = matches[Number($("#ins-match").value)];
-        const missed = components.filter((c) => !c.negated && !(c.variable in m.events));
-        $("#lossy-detail").innerHTML = `<p>Probability <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that the
-          sequence happened, with ${missed.length ? `${missed.length} component${missed.length > 1 ? "s" : ""} missed by ${missed.length > 1 ? "their readers" : "its reader"}` : "every positive component observed"}.</p>
-          <table class="responsive"><thead><tr><th scope="col">Component</th><th scope="col">Stream</th><th scope="col">Event</th></tr></thead><tbody>`
-          + components.map((c) => `<tr><td data-label="Component"><code>${c.negated ? "!" : ""}${esc(c.variable)}</code></td>
-            <td data-label="Stream">${esc(c.stream)}</td><td data-label="Event">${c.negated ? "<span class=\"muted\">must not occur (negated)</span>"
-              : c.variable in m.events ? `✓ observed: <code>${esc(m.events[c.variable])}</code>` : "<strong>✗ missed</strong> (not read; probability includes it)"}</td></tr>`).join("")
-          + `</tbody></table>`;
-      };
-      $("#ins-match").addEventListener("change", show);
-      show();
+      purgePattern(matchPanel);
+      await join.show(entry);
     }
 
     $("#ins-query").addEventListener("change", chooseQuery);
-    $("#ins-stream").addEventListener("change", () => { fillTemplates(); drawCurve(); });
-    $("#ins-kind").addEventListener("change", showKind);
-    $("#inspect-form").addEventListener("submit", (e) => { e.preventDefault(); drawCurve(); });
     const onQueries = () => { const before = $("#ins-query").value; fillQueries(); if ($("#ins-query").value !== before) chooseQuery(); };
-    const onPartitions = ({ detail }) => {
-      remember(detail.query, store.partitions.get(detail.query));
-      if (detail.query === $("#ins-query").value) renderSamples();
-    };
     bus.addEventListener("queries", onQueries);
-    bus.addEventListener("partitions", onPartitions);
+    bus.addEventListener("partitions", join.onPartitions);
     fillQueries();
     chooseQuery();
-    if (!store.partitions.size) {
-      // before the feed's first partitions message: read the latest projection once
-      const id = $("#ins-query").value;
-      if (id) get(`${q(id)}/partitions`).then((p) => { if (p.id) { store.partitions.set(id, p); renderSamples(); } }).catch(() => {});
-    }
+    join.readPartitions();
     return () => {
       bus.removeEventListener("queries", onQueries);
-      bus.removeEventListener("partitions", onPartitions);
-      purge(chart);
-      purge(matchChart());
+      bus.removeEventListener("partitions", join.onPartitions);
+      join.purge();
+      purgePattern(matchPanel);
     };
   },
 };
