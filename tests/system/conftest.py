@@ -57,21 +57,24 @@ def alive(pid: int) -> bool:
 
 class Up:
     """One ``penumbra up`` (``python -m penumbra up``, or ``argv``) as a :class:`Child`, its
-    output (in ``<home>/up.log``) collected line by line."""
+    output collected line by line (from ``<home>/up.log``, where each run appends its own)."""
 
     def __init__(self, home: Path, env: dict[str, str], argv: list[str] | None = None):
         self.home = home
         self.lines: list[str] = []
         self.finished = False
         self._changed = threading.Condition()
-        self.child = Child("up", "penumbra up", argv or [sys.executable, "-m", "penumbra", "up"], home / "up.log",
-                           env, ROOT).start()
+        log = home / "up.log"
+        self._offset = log.stat().st_size if log.exists() else 0
+        self.child = Child("up", "penumbra up", argv or [sys.executable, "-m", "penumbra", "up"], log, env,
+                           ROOT).start()
         self.process = self.child.process
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         """Follows the log until up has exited and every line of it is read."""
         with open(self.child.log, encoding="utf-8", errors="replace") as log:
+            log.seek(self._offset)  # where this run's output begins
             log.readline()  # the helper's own "--- starting" line
             pending = ""
             while True:
