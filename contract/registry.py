@@ -16,14 +16,15 @@ import redis
 
 from penumbra.engine import build_operator
 from penumbra.errors import PenumbraError
-from penumbra.events import parse_streams
+from penumbra.events import Streams, parse_streams
 from penumbra.operator import Operator
 from penumbra.query import parse
 
 from .entries import audit_entry
 from .keys import Keys
 
-__all__ = ["TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry"]
+__all__ = ["TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry",
+           "validated_query"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
 #: version it was planned with).
@@ -189,10 +190,20 @@ class Registry:
                     continue
 
 
+def validated_query(text: str, threshold: float | None, streams: Streams) -> tuple[Any, Operator]:
+    """The one validator of a query (registering, updating, ``POST /api/validate``): it
+    parses, builds its operator against the streams as the job will, and takes its
+    threshold; the parsed query and the operator, or the core's error (a
+    :class:`~penumbra.query.QueryError` with line and column, a ``ValidationError`` naming
+    the field)."""
+    parsed = parse(text)
+    operator = build_operator(parsed, streams)
+    if threshold is not None:
+        operator.set_threshold(threshold)
+    return parsed, operator
+
+
 def check_entry(entry: dict, streams: Mapping[str, Any]) -> Operator:
-    """The operator of a query entry the job can run: it parses, builds against the
-    streams, and takes its threshold."""
-    operator = build_operator(parse(entry["text"]), parse_streams(streams))
-    if entry.get("threshold") is not None:
-        operator.set_threshold(entry["threshold"])
-    return operator
+    """The operator of a query entry the job can run (:func:`validated_query`), the streams
+    as registered (JSON parameters)."""
+    return validated_query(entry["text"], entry.get("threshold"), parse_streams(streams))[1]

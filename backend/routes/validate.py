@@ -14,9 +14,9 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from penumbra.engine import build_operator
+from contract.registry import validated_query
 from penumbra.errors import PenumbraError, ValidationError
-from penumbra.query import QueryError, parse
+from penumbra.query import QueryError
 
 from ..deps import ServiceDep, ViewerDep
 from ..models import Body, Probability
@@ -54,11 +54,8 @@ def validate_query(body: ValidateIn, who: ViewerDep, service: ServiceDep) -> dic
     nothing is stored. ``valid: false`` comes with the message and, for a query that
     does not parse, its line and column."""
     try:
-        parsed = parse(body.text)
-        operator = build_operator(parsed, service.streams())
+        parsed, operator = validated_query(body.text, body.threshold, service.streams())
         threshold = body.threshold if body.threshold is not None else parsed.threshold
-        if threshold is not None:
-            operator.set_threshold(threshold)
     except QueryError as error:
         return {"valid": False, "message": error.message, "line": error.line, "column": error.column}
     except ValidationError as error:

@@ -13,7 +13,9 @@ True
 
 from __future__ import annotations
 
+import math
 import operator
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -23,7 +25,8 @@ from .errors import QueryError
 
 __all__ = [
     "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
-    "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate", "variables_of",
+    "LARGEST_INTEGER", "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate",
+    "unevaluable", "variables_of",
 ]
 
 
@@ -115,9 +118,26 @@ def _pos(meta) -> dict[str, int | None]:
     return {"line": getattr(meta, "line", None), "column": getattr(meta, "column", None)}
 
 
+#: The widest integer literal: events' integers are 64-bit too (penumbra.events).
+LARGEST_INTEGER = 2 ** 63 - 1
+
+
 def _number(token: Token) -> int | float:
+    """A number literal: an integer within 64 bits, or a finite float; else a
+    :class:`QueryError` at the literal (never a float overflow or a giant integer later)."""
     text = str(token)
-    return int(text) if text.isdigit() else float(text)
+    shown = text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text):,} characters)"
+    if text.isdigit():
+        # the length bound first: Python refuses to convert integers of over 4,300 digits
+        if len(text) > 19 or int(text) > LARGEST_INTEGER:
+            raise QueryError(f"the integer {shown} is too large (at most {LARGEST_INTEGER:,})", token.line,
+                             token.column)
+        return int(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise QueryError(f"the number {shown} is too large (at most {sys.float_info.max:g})", token.line,
+                         token.column)
+    return value
 
 
 @v_args(meta=True)
@@ -179,7 +199,7 @@ class ExprBuilder(Transformer):
 
     def duration(self, meta, children):
         value, unit = children
-        return Duration(float(value), str(unit).lower() if unit is not None else None, **_pos(meta))
+        return Duration(float(_number(value)), str(unit).lower() if unit is not None else None, **_pos(meta))
 
 
 def conjuncts(expr: Expr | None) -> list[Expr]:
@@ -197,6 +217,19 @@ def _children(expr: Expr) -> tuple[Expr, ...]:
     if isinstance(expr, (Bool, Call)):
         return expr.operands if isinstance(expr, Bool) else expr.args
     return ()
+
+
+def unevaluable(expr: Expr) -> Expr | None:
+    """The first node of ``expr``, in reading order, that :func:`evaluate` cannot evaluate
+    (a bare variable, a call, a duration), or None: what a query form checks before it
+    accepts a condition, so that no accepted query fails when its events come."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (Var, Call, Duration)):
+            return node
+        stack.extend(reversed(_children(node)))
+    return None
 
 
 def attrs_of(expr: Expr) -> list[Attr]:
@@ -265,7 +298,7 @@ def evaluate(expr: Expr, bindings: Mapping[str, Mapping[str, Any]]) -> Any:
             return None
         try:
             return _ARITHMETIC[expr.op](left, right)
-        except ZeroDivisionError:
+        except (ZeroDivisionError, OverflowError):  # an integer too large for a float
             return None
     if isinstance(expr, Compare):
         left, right = evaluate(expr.left, bindings), evaluate(expr.right, bindings)

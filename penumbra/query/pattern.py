@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, conjuncts, equality_classes, variables_of
+from .ast import (Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, attrs_of, conjuncts, equality_classes,
+                  unevaluable, variables_of)
 from .errors import QueryError
 
 __all__ = ["PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternBuilder", "PatternComponent", "PatternQuery"]
@@ -158,20 +159,18 @@ class PatternBuilder(ExprBuilder):
 
 
 def _check_names(term: Expr, order: dict[str, int]) -> None:
-    """Every variable in ``term`` is a pattern variable, and bare variables and calls are not conditions."""
-    if isinstance(term, Var):
-        raise QueryError.at(term, f"a bare variable {term.name!r} is not a condition; "
-                                  f"use {term.name}.attribute")
-    if isinstance(term, Call):
-        raise QueryError.at(term, f"unknown function {term.name!r}")
-    if isinstance(term, Attr):
-        if term.var not in order:
-            raise QueryError.at(term, f"unknown variable {term.var!r} (the pattern's are {', '.join(order)})")
-        return
-    for child in (getattr(term, name) for name in ("operand", "left", "right") if hasattr(term, name)):
-        _check_names(child, order)
-    for child in getattr(term, "operands", ()):
-        _check_names(child, order)
+    """Every variable in ``term`` is a pattern variable, and bare variables, calls and
+    durations are not conditions."""
+    bad = unevaluable(term)
+    if isinstance(bad, Var):
+        raise QueryError.at(bad, f"a bare variable {bad.name!r} is not a condition; use {bad.name}.attribute")
+    if isinstance(bad, Call):
+        raise QueryError.at(bad, f"unknown function {bad.name!r}")
+    if bad is not None:
+        raise QueryError.at(bad, "a duration is not a value in a condition")
+    for attr in attrs_of(term):
+        if attr.var not in order:
+            raise QueryError.at(attr, f"unknown variable {attr.var!r} (the pattern's are {', '.join(order)})")
 
 
 def _window(within: Duration) -> float:

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, evaluate, variables_of
+from .ast import (Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, evaluate, unevaluable,
+                  variables_of)
 from ..events import GAP_FAMILIES, gap_problem
 from .errors import QueryError
 
@@ -127,15 +128,13 @@ def disjunctive_normal_form(expr: Expr | None) -> list[list[Expr]]:
 
 
 def _check_literal(literal: Expr, components: dict[str, SequenceComponent]) -> set[str]:
-    stack = [literal]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Var):
-            raise QueryError.at(node, f"{node.name!r} alone is not a value; write {node.name}.attribute")
-        if isinstance(node, Call):
-            raise QueryError.at(node, f"unknown function {node.name!r} in WHERE")
-        stack.extend(getattr(node, name) for name in ("operand", "left", "right") if hasattr(node, name))
-        stack.extend(getattr(node, "operands", ()))
+    bad = unevaluable(literal)
+    if isinstance(bad, Var):
+        raise QueryError.at(bad, f"{bad.name!r} alone is not a value; write {bad.name}.attribute")
+    if isinstance(bad, Call):
+        raise QueryError.at(bad, f"unknown function {bad.name!r} in WHERE")
+    if bad is not None:
+        raise QueryError.at(bad, "a duration is not a value in a condition")
     used = variables_of(literal)
     for attr in attrs_of(literal):
         if attr.var not in components:
@@ -222,6 +221,16 @@ def _check_gap_params(family: str, params: list[float], call: Call) -> None:
         raise QueryError.at(call, problem)
 
 
+def _check_gap_in_window(spec: GapSpec, window: int, call: Call) -> None:
+    """The density puts mass on some gap inside the window (else no match could be scored)."""
+    from ..lossy.model import gap_pmf  # the lossy operator imports this module
+
+    try:
+        gap_pmf(spec.family, spec.params, window)
+    except ValueError as error:
+        raise QueryError.at(call, str(error)) from None
+
+
 def _window(duration) -> int:
     seconds = duration.seconds()
     if seconds != round(seconds) or seconds < 1:
@@ -256,13 +265,20 @@ class SequenceBuilder(ExprBuilder):
             raise QueryError.at(meta, "SEQUENCE needs at least one positive component")
         if not 0 < threshold.value <= 1:
             raise QueryError.at(threshold, f"the threshold must be in (0, 1], got {threshold.value!r}")
-        gap_specs = [_gap(item, components, positives[0].var) for item in (gaps[1] if gaps else [])]
+        gap_items = gaps[1] if gaps else []
+        gap_specs = [_gap(item, components, positives[0].var) for item in gap_items]
         if len({g.var for g in gap_specs}) != len(gap_specs):
-            raise QueryError.at(gaps[1][0], "a component has two GAP densities")
+            raise QueryError.at(gap_items[0], "a component has two GAP densities")
+        window = _window(duration)
+        if len(positives) > 1 and window < 2:
+            raise QueryError.at(duration, f"WITHIN {window} leaves no gap between two positive components "
+                                "(at least 2 time units)")
+        for item, spec in zip(gap_items, gap_specs):
+            _check_gap_in_window(spec, window, item.right)
         return SequenceQuery(
             components=tuple(parts),
             clauses=_clauses(condition, components),
-            window=_window(duration),
+            window=window,
             threshold=float(threshold.value),
             defaults=_defaults(defaults[1] if defaults else [], components),
             gaps={g.var: g for g in gap_specs},

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from contract.registry import validated_query
+from penumbra.events import parse_streams
 from penumbra.query import QueryError, parse
+from tests.strategies import QUERY_STREAMS, queries
 
 from .conftest import JOIN, unique
 
@@ -109,3 +114,58 @@ def test_delete(client, as_role, store, keys, join_query):
     assert client.delete(f"/api/queries/{query_id}", headers=as_role("analyst")).status_code == 404
     (audit,) = audit_after(store, keys, mark)
     assert audit["action"] == "remove" and audit["subject"] == query_id
+
+
+@pytest.fixture(scope="module")
+def query_streams(client, as_role):
+    """The streams the generated queries read, registered once."""
+    for name, params in QUERY_STREAMS.items():
+        answer = client.put(f"/api/streams/{name}", json=params, headers=as_role("admin"))
+        assert answer.status_code == 200, answer.text
+    return parse_streams(QUERY_STREAMS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=queries())
+def test_the_api_registers_what_the_validator_accepts_and_refuses_the_rest_in_place(client, as_role,
+                                                                                     query_streams, text):
+    try:
+        validated_query(text, None, query_streams)
+        expected = None
+    except QueryError as error:
+        expected = error
+    answer = client.post("/api/queries", json={"text": text}, headers=as_role("analyst"))
+    if expected is None:
+        assert answer.status_code == 201, (text, answer.text)
+        assert client.delete(f"/api/queries/{answer.json()['id']}", headers=as_role("analyst")).status_code == 204
+    else:
+        assert answer.status_code == 422, (text, answer.text)
+        error = answer.json()["error"]
+        assert (error["message"], error["line"], error["column"]) == (expected.message, expected.line,
+                                                                       expected.column)
+        check = client.post("/api/validate", json={"text": text}, headers=as_role("viewer")).json()
+        assert (check["valid"], check["line"], check["column"]) == (False, expected.line, expected.column)
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND f(A.x) = 1 WITH THRESHOLD 0.5",
+    "SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND " + "NOT " * 2000 + "A.x = 1 WITH THRESHOLD 0.5",
+    "SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND " + "(A.x = 1 AND " * 900 + "A.x = 1" + ")" * 900
+    + " WITH THRESHOLD 0.5",
+    "SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = " + "9" * 400 + " WITH THRESHOLD 0.5",
+    "PATTERN SEQ(SA a, SB b) WITHIN " + "9" * 400,
+    "SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND A.x = " + "9" * 19_000 + " WITH THRESHOLD 0.5",
+])
+def test_the_probed_poison_queries_answer_422_on_a_kept_connection(api_server, tokens, query_streams, text):
+    """Against the API server itself: each answers 422 with line and column, and the
+    keep-alive connection serves the next request."""
+    with httpx.Client(base_url=api_server.url, headers={"Authorization": f"Bearer {tokens['analyst']}"},
+                      timeout=30) as http:
+        for route in ("/api/queries", "/api/validate"):
+            answer = http.post(route, json={"text": text})
+            body = answer.json()
+            found = body["error"] if route == "/api/queries" else body
+            assert answer.status_code == (422 if route == "/api/queries" else 200), answer.text[:300]
+            assert found["line"] == 1 and found["column"] >= 1 and len(answer.content) < 2000
+        assert http.get("/api/health").status_code == 200
+        assert answer.headers.get("connection") != "close"
