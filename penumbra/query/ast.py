@@ -25,15 +25,28 @@ from .errors import QueryError
 
 __all__ = [
     "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
-    "LARGEST_INTEGER", "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate",
+    "LARGEST_INTEGER", "MAX_DEPTH", "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate",
     "unevaluable", "variables_of",
 ]
+
+
+#: How deep an expression may nest (parentheses, NOT, arithmetic inside comparisons; the
+#: operands of one AND or OR count as one level): what people write stays far below, and
+#: :func:`evaluate` and the query forms' checks recurse once per level.
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
 class Expr:
     line: int | None = field(default=None, compare=False, kw_only=True)
     column: int | None = field(default=None, compare=False, kw_only=True)
+    depth: int = field(default=1, init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        depth = 1 + max((child.depth for child in _children(self)), default=0)
+        if depth > MAX_DEPTH:
+            raise QueryError.at(self, f"the expression nests too deeply (more than {MAX_DEPTH} levels)")
+        object.__setattr__(self, "depth", depth)
 
 
 @dataclass(frozen=True)

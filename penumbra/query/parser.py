@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from lark import Lark, Token, Tree, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from .errors import QueryError
@@ -18,14 +18,18 @@ from .join import JoinBuilder
 from .pattern import PatternBuilder
 from .sequence import SequenceBuilder
 
-__all__ = ["MAX_DEPTH", "parse", "parse_expression"]
+__all__ = ["parse", "parse_expression"]
 
 _FORMS = ("join", "pattern", "sequence")
 _HERE = Path(__file__).parent
 
 
 @v_args(meta=True)
-class _QueryBuilder(JoinBuilder, PatternBuilder, SequenceBuilder):
+class _QueryBuilder(Transformer_NonRecursive, JoinBuilder, PatternBuilder, SequenceBuilder):
+    """Builds a query from its parse tree without recursion: a chain of thousands of ``AND``
+    is as deep a tree as it is long (the expressions it builds are flat, and no deeper than
+    :data:`~penumbra.query.ast.MAX_DEPTH`)."""
+
     def start(self, meta, children):
         return children[0]
 
@@ -58,29 +62,11 @@ def _expected(error: UnexpectedInput) -> str:
     return "; expected " + ", ".join(shown)
 
 
-#: How deep a query's parse tree may nest (parentheses, NOT, AND/OR inside comparisons):
-#: what people write stays far below; the tree builders and :func:`~penumbra.query.ast.evaluate`
-#: recurse once per level.
-MAX_DEPTH = 64
-
-
-def _check_depth(tree: Tree) -> None:
-    """A :class:`QueryError` at the first node nested deeper than :data:`MAX_DEPTH` (walked
-    without recursion, so any depth is measured)."""
-    stack = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise QueryError.at(node, f"the query is nested too deeply (more than {MAX_DEPTH} levels)")
-        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
-
-
 def _run(text: str, start: str):
     if not isinstance(text, str) or not text.strip():
         raise QueryError("the query is empty", 1, 1)
     try:
         tree = _parser(start).parse(text)
-        _check_depth(tree)
         return _QueryBuilder().transform(tree)
     except VisitError as error:
         if isinstance(error.orig_exc, QueryError):

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from lark import v_args
@@ -110,11 +111,15 @@ def _push_not(expr: Expr, negate: bool) -> Expr:
 
 
 def _dnf(expr: Expr) -> list[list[Expr]]:
+    """The clauses of ``expr`` in disjunctive normal form; more than :data:`MAX_CLAUSES` is
+    an error, found before any product is expanded (the expansion grows exponentially)."""
     if isinstance(expr, Bool) and expr.op == "or":
         clauses = [clause for operand in expr.operands for clause in _dnf(operand)]
     elif isinstance(expr, Bool):
-        clauses = [list(itertools.chain.from_iterable(parts))
-                   for parts in itertools.product(*(_dnf(operand) for operand in expr.operands))]
+        parts = [_dnf(operand) for operand in expr.operands]
+        if math.prod(len(p) for p in parts) > MAX_CLAUSES:
+            raise QueryError.at(expr, f"WHERE expands to more than {MAX_CLAUSES} clauses in disjunctive normal form")
+        clauses = [list(itertools.chain.from_iterable(chosen)) for chosen in itertools.product(*parts)]
     else:
         clauses = [[expr]]
     if len(clauses) > MAX_CLAUSES:
