@@ -4,8 +4,9 @@ Events may be missed by their readers with probability epsilon (the stream's
 ``miss_prob``); a ``SEQUENCE`` query reports a match with the probability that the
 complex event happened, given what was and was not observed. The query syntax
 (negation, ``DEFAULT``, ``GAP``) is in :mod:`penumbra.query.sequence`; the model and
-its scoring functions in :mod:`.model`; the NFA and its queues in :mod:`.operator` and
-:mod:`.queues`.
+its scoring functions in :mod:`.model`; the NFA in :mod:`.operator`, its queues in
+:mod:`.queues`, what it plans from the query in :mod:`.plan` and its backward match
+generation in :mod:`.matches`.
 
 >>> from penumbra.query import parse
 >>> from penumbra.events import parse_streams

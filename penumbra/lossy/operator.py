@@ -17,11 +17,7 @@ over V_i's queue (same hash key, earlier times, from this block too; t_{i,0} the
 oldest entry inside the window, max_k u_{i,k} a max over the key's last two epochs of
 W, see :mod:`.queues`), and are enqueued only if v_new reaches the threshold
 (threshold pruning). Arrivals at the last state start backward match generation
-(section 4.2): partial paths, a block of them at a time, are extended from V_l back to V_1 through the
-PAQs, keeping a path only while its score times the bound u of its next arrival reaches
-the threshold, searching each negative component's NAQ in its interval as soon as the
-predicates on it can be evaluated, and applying each non-trivial predicate as soon as
-its components are bound. Predicates on a missed component use its DEFAULT values.
+(section 4.2, :mod:`.matches`).
 
 The first and last positive components must be observed (the case section 4.2 treats);
 any run of components between observed positives may be missed. Negatives before the
@@ -32,7 +28,7 @@ match waits until the stream passes t_first + W (or the end of input).
 Queues are hashed on the query's equality attributes (section 5.2, e.g. the RFID tag):
 when one attribute of every positive component is tied by ``=`` in every clause, the
 entries of each state are segmented by key value, and so are those of every negative
-tied to that key (see :mod:`.queues`).
+tied to that key (see :mod:`.plan` and :mod:`.queues`).
 
 Input: precise timestamps ``{"lo": t, "hi": t}`` on the unit grid, processed in
 increasing time. A block may come in any order: it is sorted, and events are held
@@ -43,14 +39,12 @@ so is an imprecise timestamp.
 
 from __future__ import annotations
 
-import heapq
 import io
 import itertools
 import math
 import pickle
 from bisect import bisect_right
 from operator import attrgetter
-from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -58,20 +52,19 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event, Streams
-from ..operator import BlockResult, Late, Match, Operator, check_threshold
-from ..query.ast import Attr, Compare, Expr, attrs_of, equality_classes, evaluate, variables_of
+from ..operator import BlockResult, Late, Operator, check_threshold
+from ..query.ast import evaluate
 from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..timestamps import Interval
 from .model import GapHistogram, RunComponent, gap_pmf, run_score
-from .queues import Queue
+from .matches import MatchGeneration
+from .plan import check_defaults, clause_plan, key_attributes, run_negatives
+from .queues import NO_KEY, Queue
 
 __all__ = ["LEARN_CHECK_EVERY", "LEARN_EVERY", "LossyOperator"]
 
 _STREAM, _TS, _LO, _HI = attrgetter("stream"), attrgetter("ts"), attrgetter("lo"), attrgetter("hi")
-
-#: Key code of unhashed queues (hashed keys get codes from 1).
-_NO_KEY = 0
 
 #: Gap samples gathered before the densities and scoring tables are updated: at least
 #: this many, and at least W / 4 so the O(W) update costs amortised O(1) per sample.
@@ -100,96 +93,7 @@ def _read_only(attrs: dict) -> MappingProxyType:
     return MappingProxyType(attrs)
 
 
-@dataclass(frozen=True)
-class _Literal:
-    """A non-trivial predicate of one clause: the positive components it reads and
-    whether it is an equality of hash attributes (true inside one hashed queue)."""
-
-    expr: Expr
-    needs: frozenset[str]
-    implied: bool
-
-
-@dataclass(frozen=True)
-class _NegativeCheck:
-    """A negative component under one clause: its variable, whether its NAQs are hashed,
-    the positive components its predicates read, the predicates, and those left once
-    the hash-attribute equalities are known to hold (all its positives observed)."""
-
-    var: str
-    hashed: bool
-    needs: frozenset[str]
-    literals: tuple[Expr, ...]
-    unimplied: tuple[Expr, ...]
-
-
-@dataclass(frozen=True)
-class _ClausePlan:
-    """What match generation checks for one DNF clause (bit ``bit`` of the masks)."""
-
-    bit: int
-    literals: tuple[_Literal, ...]                 # on positive components only
-    negatives: dict[int, _NegativeCheck]           # by negative component index
-
-
-@dataclass
-class _Paths:
-    """A block of partial paths of one clause that observed the same states: from V_l
-    back to V_j, j = ``states[-1]``. Per path: the last arrival's time and hash key, the
-    score so far, and the time and event at each observed state; shared: the clause's
-    predicates not yet applied and the negative searches waiting for their predicates'
-    components (each with its interval per path)."""
-
-    states: tuple[int, ...]
-    t_last: np.ndarray
-    key: np.ndarray
-    score: np.ndarray
-    times: dict[int, np.ndarray]
-    events: dict[int, np.ndarray]
-    literals: tuple[_Literal, ...]
-    negatives: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.t_last)
-
-    def take(self, rows: np.ndarray) -> _Paths:
-        return replace(self, t_last=self.t_last[rows], key=self.key[rows], score=self.score[rows],
-                       times={s: t[rows] for s, t in self.times.items()},
-                       events={s: e[rows] for s, e in self.events.items()},
-                       negatives=tuple((k, lo[rows], hi[rows]) for k, lo, hi in self.negatives))
-
-
-def _equalities(literals) -> list[tuple[Attr, Attr]]:
-    return [(lit.left, lit.right) for lit in literals
-            if isinstance(lit, Compare) and lit.op == "=" and isinstance(lit.left, Attr)
-            and isinstance(lit.right, Attr) and lit.left.var != lit.right.var]
-
-
-def _key_attributes(query: SequenceQuery, never_missed: set[str]) -> dict[str, str]:
-    """The hash attribute of each component (section 5.2).
-
-    Positive components are hashed when equalities between positives, in every clause,
-    tie one attribute of each into one class; a negative is hashed on its attribute set
-    equal to the key attribute of a positive that is ``never_missed`` (a missed one's
-    DEFAULT could name another key). An equality through a negative does not tie
-    positives (``x.tag = y.tag AND y.tag = z.tag`` with ``y`` negated says nothing of x and z).
-    """
-    common = _equalities(set(query.clauses[0].joint).intersection(*(c.joint for c in query.clauses[1:])))
-    positives = {query.components[k].var for k in query.positives}
-    for by_var in equality_classes((left, right) for left, right in common
-                                   if left.var in positives and right.var in positives):
-        if positives <= set(by_var) and all(len(by_var[v]) == 1 for v in positives):
-            keys = {var: names[0] for var, names in by_var.items()}
-            for left, right in common:
-                for negative, other in ((left, right), (right, left)):
-                    if negative.var not in positives and other.var in never_missed \
-                            and keys.get(other.var) == other.name:
-                        keys.setdefault(negative.var, negative.name)
-            return keys
-    return {}
-
-
-class LossyOperator(Operator):
+class LossyOperator(MatchGeneration, Operator):
     """Evaluates one ``SEQUENCE`` query (AYAC) over a lossy stream.
 
     ``gaps`` optionally fixes gap densities f_i (a pmf over gaps 0..W, ``pmf[0] = 0``)
@@ -264,8 +168,8 @@ class LossyOperator(Operator):
         unknown = set(fixed) - set(query.variables)
         if unknown:
             raise ValidationError("gaps", f"unknown component variable {sorted(unknown)[0]!r}")
-        self.key_attr = _key_attributes(query, {components[k].var for k in self.positives
-                                                if not self._may_miss(k)})
+        self.key_attr = key_attributes(query, {components[k].var for k in self.positives
+                                               if not self._may_miss(k)})
         self.key_of = [self.key_attr.get(c.var) for c in components]
         # a negative's f is learned from its own events: the time since the newest arrival
         # at the positive before it with the same key (none before the first positive)
@@ -285,9 +189,9 @@ class LossyOperator(Operator):
         everything = (1 << len(query.clauses)) - 1
         # components with no trivial predicate in any clause accept every event of their stream
         self.unconditional = [everything if not any(literals) else 0 for literals in self.trivial]
-        self._check_defaults()
-        self.plans = [self._plan(bit, clause) for bit, clause in enumerate(query.clauses)]
-        self.run_negatives = {(i, j): self._run_negatives(i, j)
+        check_defaults(query, {components[k].var for k in self.positives if self._may_miss(k)})
+        self.plans = [clause_plan(query, self.key_attr, bit, clause) for bit, clause in enumerate(query.clauses)]
+        self.run_negatives = {(i, j): run_negatives(query, i, j)
                               for i, j in itertools.combinations(range(len(self.positives)), 2)}
         self.leading_negatives = range(self.positives[0])
         self.trailing_negatives = range(self.positives[-1] + 1, len(components))
@@ -300,7 +204,7 @@ class LossyOperator(Operator):
                         if state > 0 or not self.paqs}
         self.naqs = {k: [Queue() for _ in query.clauses] for k, c in enumerate(components) if c.negated}
         self.key_codes: dict[Any, int] = {}
-        self.next_code = _NO_KEY + 1
+        self.next_code = NO_KEY + 1
         self.live_codes = 0                 # codes kept by the last clean-up of key_codes
         self.pending: list = []
         self.held_times: list[int] = []     # the reorder buffer: held events in time order
@@ -318,48 +222,6 @@ class LossyOperator(Operator):
 
     def _may_miss(self, k: int) -> bool:
         return k not in (self.positives[0], self.positives[-1]) and self.miss_probs[k] > 0
-
-    def _check_defaults(self) -> None:
-        """A joint predicate on a positive component that may be missed needs a DEFAULT
-        for each attribute it reads (section 2.2)."""
-        missable = {self.query.components[k].var for k in self.positives if self._may_miss(k)}
-        for clause in self.query.clauses:
-            for literal in clause.joint:
-                for attr in attrs_of(literal):
-                    if attr.var in missable and attr.name not in self.query.defaults.get(attr.var, {}):
-                        raise QueryError.at(attr, f"{attr.var} may be missed (miss_prob > 0): give "
-                                            f"DEFAULT {attr.var}.{attr.name} = ...")
-
-    def _implied_by_key(self, literal: Expr) -> bool:
-        """``x.tag = y.tag`` on the hash attributes always holds inside one hashed queue."""
-        return (isinstance(literal, Compare) and literal.op == "=" and isinstance(literal.left, Attr)
-                and isinstance(literal.right, Attr)
-                and self.key_attr.get(literal.left.var) == literal.left.name
-                and self.key_attr.get(literal.right.var) == literal.right.name)
-
-    def _plan(self, bit: int, clause) -> _ClausePlan:
-        components = self.query.components
-        negated = {c.var: k for k, c in enumerate(components) if c.negated}
-        literals = []
-        on_negative: dict[int, list[_Literal]] = {k: [] for k in negated.values()}
-        for expr in clause.joint:
-            used = variables_of(expr)
-            negative = used & set(negated)
-            literal = _Literal(expr, frozenset(used - negative), self._implied_by_key(expr))
-            if negative:
-                on_negative[negated[negative.pop()]].append(literal)
-            else:
-                literals.append(literal)
-        checks = {k: _NegativeCheck(components[k].var, components[k].var in self.key_attr,
-                                    frozenset().union(*(t.needs for t in terms)), tuple(t.expr for t in terms),
-                                    tuple(t.expr for t in terms if not t.implied))
-                  for k, terms in on_negative.items()}
-        return _ClausePlan(bit, tuple(literals), checks)
-
-    def _run_negatives(self, i: int, j: int) -> tuple[int, ...]:
-        """The negative components between the positives of V_i and V_j."""
-        components = self.query.components
-        return tuple(k for k in range(self.positives[i] + 1, self.positives[j]) if components[k].negated)
 
     def _pmf(self, k: int) -> np.ndarray:
         var = self.query.components[k].var
@@ -598,7 +460,7 @@ class LossyOperator(Operator):
             rows = np.flatnonzero(streams == self.component_stream[k])
             name = self.key_of[k]
             if name is None:
-                key = np.full(len(rows), _NO_KEY, np.int64)
+                key = np.full(len(rows), NO_KEY, np.int64)
             else:
                 if name not in codes:
                     codes[name] = self._key_codes(events, name)
@@ -696,198 +558,6 @@ class LossyOperator(Operator):
             peak = queue.peak(queue.order[np.maximum(stop - 1, 0)]) if len(queue) else np.zeros(len(t))
             bound = np.maximum(bound, np.where(inside, peak * factor, 0.0))
         return bound
-
-    # --- match generation (section 4.2) ------------------------------------------------------
-
-    def _generate(self, t: np.ndarray, key: np.ndarray, mask: np.ndarray, events: np.ndarray,
-                  out: BlockResult) -> None:
-        """Backward match generation from a block of arrivals at the last state, per clause."""
-        last = len(self.positives) - 1
-        emitted: dict = {}       # path identity -> True once emitted, or the clauses of its waiting match
-        for plan in self.plans:
-            rows = np.flatnonzero(mask >> plan.bit & 1)
-            if len(rows):
-                paths = _Paths((last,), t[rows], key[rows], np.ones(len(rows)), {last: t[rows]},
-                               {last: events[rows]}, plan.literals)
-                self._walk(plan, paths, emitted, out)
-
-    def _walk(self, plan: _ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
-        """Extend the paths from V_j back along every edge kept; complete them at V_1."""
-        j = paths.states[-1]
-        if j == 0:
-            self._complete(plan, paths, emitted, out)
-            return
-        for i in self.incoming[j]:
-            longer = self._extend(plan, paths, i)
-            if len(longer):
-                self._walk(plan, longer, emitted, out)
-
-    def _extend(self, plan: _ClausePlan, paths: _Paths, i: int) -> _Paths:
-        """Extend each path, which starts at V_j (arrival t_b), to every arrival t_a in
-        V_i's queue with t_last - W < t_a < t_b, the same key and the clause's trivial
-        predicates, whose score times u_a reaches the threshold; then apply the
-        predicates and negative searches that became possible (no negative of the run
-        in (t_a, t_b))."""
-        j = paths.states[-1]
-        queue = self.paqs[i]
-        t_b = paths.times[j]
-        start, stop = queue.find(paths.key, paths.t_last - self.window, t_b)
-        rows, entries = queue.entries(start, stop)
-        satisfied = (queue.mask[entries] >> plan.bit & 1).astype(bool)
-        rows, entries = rows[satisfied], entries[satisfied]
-        t_a = queue.t[entries]
-        score = paths.score[rows] * self.score[i, j][t_b[rows] - t_a]
-        keep = score * queue.bound[entries] >= self.threshold
-        self.totals["pruned_paths"] += len(keep) - int(np.count_nonzero(keep))
-        rows, entries, t_a = rows[keep], entries[keep], t_a[keep]
-        longer = paths.take(rows)
-        longer = replace(longer, states=paths.states + (i,), score=score[keep],
-                         times={**longer.times, i: t_a}, events={**longer.events, i: queue.event[entries]},
-                         negatives=longer.negatives + tuple((k, t_a, longer.times[j])
-                                                            for k in self.run_negatives[i, j]))
-        return self._check(plan, longer, complete=False)[0]
-
-    def _check(self, plan: _ClausePlan, paths: _Paths, complete: bool) -> tuple[_Paths, np.ndarray]:
-        """Apply each waiting predicate and negative search whose components are bound
-        (section 4.2: as early as possible); ``complete`` paths also bind their missed
-        components to their DEFAULT values. A literal on the hash attributes holds by
-        construction when both its components are observed. Returns the paths kept and
-        which they were."""
-        observed = {self.state_vars[s] for s in paths.states}
-        bound = set(self.query.variables) if complete else observed
-        literals = [literal for literal in paths.literals if literal.needs <= bound]
-        negatives = [item for item in paths.negatives if plan.negatives[item[0]].needs <= bound]
-        keep = np.ones(len(paths), bool)
-        if not literals and not negatives:
-            return paths, keep
-        bindings = None
-        for literal in literals:
-            if literal.implied and literal.needs <= observed:
-                continue
-            bindings = bindings or self._bindings(paths, complete)
-            rows = np.flatnonzero(keep)
-            keep[rows] = [evaluate(literal.expr, bindings[n]) is True for n in rows.tolist()]
-        for k, lo, hi in negatives:
-            check = plan.negatives[k]
-            if check.unimplied if check.needs <= observed else check.literals:
-                bindings = bindings or self._bindings(paths, complete)
-            rows = np.flatnonzero(keep)
-            present = self._present(plan, check, k, paths.key[rows], lo[rows], hi[rows],
-                                    bindings and [bindings[n] for n in rows.tolist()], observed)
-            keep[rows[present]] = False
-        waiting = tuple(item for item in paths.negatives if not plan.negatives[item[0]].needs <= bound)
-        paths = replace(paths, literals=tuple(lit for lit in paths.literals if lit not in literals),
-                        negatives=waiting)
-        return paths.take(keep), keep
-
-    def _bindings(self, paths: _Paths, complete: bool) -> list[dict]:
-        """Each path's bindings, variable -> attributes; with ``complete``, the missed
-        components' DEFAULT values too (a default may name another missed component,
-        hence one pass per missed component)."""
-        columns = [(self.state_vars[s], paths.events[s]) for s in paths.states]
-        bindings = [{var: column[n].attrs for var, column in columns} for n in range(len(paths))]
-        missed = [var for s, var in enumerate(self.state_vars) if s not in paths.states] if complete else []
-        defaults = self.query.defaults
-        for binding in bindings if missed else ():
-            values: dict[str, dict[str, Any]] = {var: {} for var in missed}
-            binding.update(values)
-            for _ in missed:
-                for var in missed:
-                    for name, expr in defaults.get(var, {}).items():
-                        values[var][name] = evaluate(expr, binding)
-        return bindings
-
-    def _present(self, plan: _ClausePlan, check: _NegativeCheck, k: int, key: np.ndarray, lo: np.ndarray,
-                 hi: np.ndarray, bindings: list[dict] | None, observed) -> np.ndarray:
-        """Whether negative component k has an event in (lo, hi) satisfying the clause's
-        predicates on it, per path: a count by binary search in its NAQ, or, when
-        predicates read other components, a scan of the events found."""
-        queue = self.naqs[k][plan.bit]
-        start, stop = queue.find(key if check.hashed else np.full(len(key), _NO_KEY, np.int64), lo, hi)
-        present = start < stop
-        literals = check.unimplied if check.needs <= observed else check.literals
-        if literals:
-            for n in np.flatnonzero(present).tolist():
-                for entry in queue.order[start[n]:stop[n]].tolist():
-                    scope = {**bindings[n], check.var: queue.event[entry].attrs}
-                    if all(evaluate(expr, scope) is True for expr in literals):
-                        break
-                else:
-                    present[n] = False
-        self.totals["negated_paths"] += int(np.count_nonzero(present))
-        return present
-
-    def _complete(self, plan: _ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
-        """The paths reached V_1: leading run score (from V_0 at t_last - W), the checks
-        that waited for missed components' defaults, leading negatives; then emit, or
-        wait for the window of trailing negatives to pass. A path satisfying several
-        clauses is reported once."""
-        score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
-        paths = replace(paths, score=score).take(score >= self.threshold)
-        identities = None
-        if len(self.plans) > 1:
-            identities = [tuple((s, paths.events[s][n].id) for s in paths.states) for n in range(len(paths))]
-            fresh = [emitted.get(identity) is not True for identity in identities]
-            paths, identities = paths.take(np.array(fresh, bool)), list(itertools.compress(identities, fresh))
-        leading = tuple((k, paths.t_last - self.window, paths.times[0]) for k in self.leading_negatives)
-        paths, keep = self._check(plan, replace(paths, negatives=paths.negatives + leading), complete=True)
-        if identities is not None:
-            identities = list(itertools.compress(identities, keep.tolist()))
-        if not self.trailing_negatives:
-            for n in range(len(paths)):
-                if identities is not None:
-                    emitted[identities[n]] = True
-                self._emit(paths, n, out)
-            return
-        # the trailing negatives are searched once the window has passed, under every
-        # clause that accepted the path
-        observed = frozenset(self.state_vars[s] for s in paths.states)
-        bindings = self._bindings(paths, complete=True)
-        for n in range(len(paths)):
-            accepted = (plan.bit, bindings[n], observed)
-            if identities is not None and identities[n] in emitted:
-                emitted[identities[n]].append(accepted)
-                continue
-            clauses = [accepted]
-            if identities is not None:
-                emitted[identities[n]] = clauses
-            self.sequence += 1
-            t_first, t_last = int(paths.times[0][n]), int(paths.t_last[n])
-            path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
-            heapq.heappush(self.pending, (t_first + self.window, self.sequence, int(paths.key[n]), t_last,
-                                          float(paths.score[n]), path, clauses))
-
-    def _release(self, until: float, out: BlockResult) -> None:
-        """Emit the waiting matches whose window ended by ``until``: no trailing negative
-        in (t_last, t_first + W) under one of the clauses that accepted the path, scored
-        by the trailing run."""
-        while self.pending and self.pending[0][0] <= until:
-            deadline, _, key, t_last, score, path, clauses = heapq.heappop(self.pending)
-            score *= self.trailing[deadline - t_last]
-            if score < self.threshold:
-                continue
-            one = np.array([key], np.int64)
-            lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)
-            for bit, bindings, observed in clauses:
-                plan = self.plans[bit]
-                if not any(self._present(plan, plan.negatives[k], k, one, lo, hi, [bindings], observed)[0]
-                           for k in self.trailing_negatives):
-                    self._emit_path(path, score, out)
-                    break
-
-    def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:
-        self._emit_path({s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states},
-                        float(paths.score[n]), out)
-
-    def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
-        """Report a match (its observed events, in the query's order) and learn its gaps."""
-        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score))
-        self.totals["matches"] += 1
-        for s in range(1, len(self.positives)):
-            var = self.state_vars[s]
-            if s in path and s - 1 in path and var in self.learned:
-                self.gap_samples[var].append(path[s][0] - path[s - 1][0])
-                self.sample_count += 1
 
     # --- learning and memory ------------------------------------------------------------------
 

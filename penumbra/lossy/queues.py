@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Queue", "expand", "search"]
+__all__ = ["NO_KEY", "Queue", "expand", "search"]
+
+#: Key code of unhashed queues (hashed keys get codes from 1).
+NO_KEY = 0
 
 #: A queue is compacted once it holds twice as many entries as after its last compaction
 #: (and at least this many).

@@ -454,7 +454,7 @@ def test_many_keys_in_one_block_pair_only_within_their_key(strategy, kind):
        st.lists(st.tuples(st.integers(0, 6), st.sampled_from([-4.0, 0.0, 1.0, 1.25, 2.0, 9.0])), max_size=12),
        st.sampled_from(["left", "right"]))
 def test_a_search_within_keys_lands_where_the_search_within_the_key_slice_does(targets, queries, side):
-    from penumbra.joins.operator import _searches
+    from penumbra.joins.strategies import _searches
 
     targets = sorted(targets)
     kid_t = np.array([k for k, _ in targets], dtype=np.int64)

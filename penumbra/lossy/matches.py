@@ -1,0 +1,252 @@
+"""Backward match generation of the AYAC operator (section 4.2).
+
+Arrivals at the last state start it: partial paths, a block of them at a time, are
+extended from V_l back to V_1 through the PAQs, keeping a path only while its score
+times the bound u of its next arrival reaches the threshold, searching each negative
+component's NAQ in its interval as soon as the predicates on it can be evaluated, and
+applying each non-trivial predicate as soon as its components are bound. Predicates on
+a missed component use its DEFAULT values.
+
+:class:`MatchGeneration`, mixed into :class:`~.operator.LossyOperator`, reads the
+operator's queues, scoring tables and clause plans (:mod:`.plan`), and keeps its
+totals, waiting matches and gap samples.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..events import Event
+from ..operator import BlockResult, Match
+from ..query.ast import evaluate
+from .plan import ClausePlan, Literal, NegativeCheck
+from .queues import NO_KEY
+
+__all__ = ["MatchGeneration"]
+
+
+@dataclass
+class _Paths:
+    """A block of partial paths of one clause that observed the same states: from V_l
+    back to V_j, j = ``states[-1]``. Per path: the last arrival's time and hash key, the
+    score so far, and the time and event at each observed state; shared: the clause's
+    predicates not yet applied and the negative searches waiting for their predicates'
+    components (each with its interval per path)."""
+
+    states: tuple[int, ...]
+    t_last: np.ndarray
+    key: np.ndarray
+    score: np.ndarray
+    times: dict[int, np.ndarray]
+    events: dict[int, np.ndarray]
+    literals: tuple[Literal, ...]
+    negatives: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.t_last)
+
+    def take(self, rows: np.ndarray) -> _Paths:
+        return replace(self, t_last=self.t_last[rows], key=self.key[rows], score=self.score[rows],
+                       times={s: t[rows] for s, t in self.times.items()},
+                       events={s: e[rows] for s, e in self.events.items()},
+                       negatives=tuple((k, lo[rows], hi[rows]) for k, lo, hi in self.negatives))
+
+
+class MatchGeneration:
+    """Backward match generation: emits the matches and learns the gaps they observed,
+    and holds back those that wait for the window of their trailing negatives to pass."""
+
+    def _generate(self, t: np.ndarray, key: np.ndarray, mask: np.ndarray, events: np.ndarray,
+                  out: BlockResult) -> None:
+        """Backward match generation from a block of arrivals at the last state, per clause."""
+        last = len(self.positives) - 1
+        emitted: dict = {}       # path identity -> True once emitted, or the clauses of its waiting match
+        for plan in self.plans:
+            rows = np.flatnonzero(mask >> plan.bit & 1)
+            if len(rows):
+                paths = _Paths((last,), t[rows], key[rows], np.ones(len(rows)), {last: t[rows]},
+                               {last: events[rows]}, plan.literals)
+                self._walk(plan, paths, emitted, out)
+
+    def _walk(self, plan: ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
+        """Extend the paths from V_j back along every edge kept; complete them at V_1."""
+        j = paths.states[-1]
+        if j == 0:
+            self._complete(plan, paths, emitted, out)
+            return
+        for i in self.incoming[j]:
+            longer = self._extend(plan, paths, i)
+            if len(longer):
+                self._walk(plan, longer, emitted, out)
+
+    def _extend(self, plan: ClausePlan, paths: _Paths, i: int) -> _Paths:
+        """Extend each path, which starts at V_j (arrival t_b), to every arrival t_a in
+        V_i's queue with t_last - W < t_a < t_b, the same key and the clause's trivial
+        predicates, whose score times u_a reaches the threshold; then apply the
+        predicates and negative searches that became possible (no negative of the run
+        in (t_a, t_b))."""
+        j = paths.states[-1]
+        queue = self.paqs[i]
+        t_b = paths.times[j]
+        start, stop = queue.find(paths.key, paths.t_last - self.window, t_b)
+        rows, entries = queue.entries(start, stop)
+        satisfied = (queue.mask[entries] >> plan.bit & 1).astype(bool)
+        rows, entries = rows[satisfied], entries[satisfied]
+        t_a = queue.t[entries]
+        score = paths.score[rows] * self.score[i, j][t_b[rows] - t_a]
+        keep = score * queue.bound[entries] >= self.threshold
+        self.totals["pruned_paths"] += len(keep) - int(np.count_nonzero(keep))
+        rows, entries, t_a = rows[keep], entries[keep], t_a[keep]
+        longer = paths.take(rows)
+        longer = replace(longer, states=paths.states + (i,), score=score[keep],
+                         times={**longer.times, i: t_a}, events={**longer.events, i: queue.event[entries]},
+                         negatives=longer.negatives + tuple((k, t_a, longer.times[j])
+                                                            for k in self.run_negatives[i, j]))
+        return self._check(plan, longer, complete=False)[0]
+
+    def _check(self, plan: ClausePlan, paths: _Paths, complete: bool) -> tuple[_Paths, np.ndarray]:
+        """Apply each waiting predicate and negative search whose components are bound
+        (section 4.2: as early as possible); ``complete`` paths also bind their missed
+        components to their DEFAULT values. A literal on the hash attributes holds by
+        construction when both its components are observed. Returns the paths kept and
+        which they were."""
+        observed = {self.state_vars[s] for s in paths.states}
+        bound = set(self.query.variables) if complete else observed
+        literals = [literal for literal in paths.literals if literal.needs <= bound]
+        negatives = [item for item in paths.negatives if plan.negatives[item[0]].needs <= bound]
+        keep = np.ones(len(paths), bool)
+        if not literals and not negatives:
+            return paths, keep
+        bindings = None
+        for literal in literals:
+            if literal.implied and literal.needs <= observed:
+                continue
+            bindings = bindings or self._bindings(paths, complete)
+            rows = np.flatnonzero(keep)
+            keep[rows] = [evaluate(literal.expr, bindings[n]) is True for n in rows.tolist()]
+        for k, lo, hi in negatives:
+            check = plan.negatives[k]
+            if check.unimplied if check.needs <= observed else check.literals:
+                bindings = bindings or self._bindings(paths, complete)
+            rows = np.flatnonzero(keep)
+            present = self._present(plan, check, k, paths.key[rows], lo[rows], hi[rows],
+                                    bindings and [bindings[n] for n in rows.tolist()], observed)
+            keep[rows[present]] = False
+        waiting = tuple(item for item in paths.negatives if not plan.negatives[item[0]].needs <= bound)
+        paths = replace(paths, literals=tuple(lit for lit in paths.literals if lit not in literals),
+                        negatives=waiting)
+        return paths.take(keep), keep
+
+    def _bindings(self, paths: _Paths, complete: bool) -> list[dict]:
+        """Each path's bindings, variable -> attributes; with ``complete``, the missed
+        components' DEFAULT values too (a default may name another missed component,
+        hence one pass per missed component)."""
+        columns = [(self.state_vars[s], paths.events[s]) for s in paths.states]
+        bindings = [{var: column[n].attrs for var, column in columns} for n in range(len(paths))]
+        missed = [var for s, var in enumerate(self.state_vars) if s not in paths.states] if complete else []
+        defaults = self.query.defaults
+        for binding in bindings if missed else ():
+            values: dict[str, dict[str, Any]] = {var: {} for var in missed}
+            binding.update(values)
+            for _ in missed:
+                for var in missed:
+                    for name, expr in defaults.get(var, {}).items():
+                        values[var][name] = evaluate(expr, binding)
+        return bindings
+
+    def _present(self, plan: ClausePlan, check: NegativeCheck, k: int, key: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, bindings: list[dict] | None, observed) -> np.ndarray:
+        """Whether negative component k has an event in (lo, hi) satisfying the clause's
+        predicates on it, per path: a count by binary search in its NAQ, or, when
+        predicates read other components, a scan of the events found."""
+        queue = self.naqs[k][plan.bit]
+        start, stop = queue.find(key if check.hashed else np.full(len(key), NO_KEY, np.int64), lo, hi)
+        present = start < stop
+        literals = check.unimplied if check.needs <= observed else check.literals
+        if literals:
+            for n in np.flatnonzero(present).tolist():
+                for entry in queue.order[start[n]:stop[n]].tolist():
+                    scope = {**bindings[n], check.var: queue.event[entry].attrs}
+                    if all(evaluate(expr, scope) is True for expr in literals):
+                        break
+                else:
+                    present[n] = False
+        self.totals["negated_paths"] += int(np.count_nonzero(present))
+        return present
+
+    def _complete(self, plan: ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
+        """The paths reached V_1: leading run score (from V_0 at t_last - W), the checks
+        that waited for missed components' defaults, leading negatives; then emit, or
+        wait for the window of trailing negatives to pass. A path satisfying several
+        clauses is reported once."""
+        score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
+        paths = replace(paths, score=score).take(score >= self.threshold)
+        identities = None
+        if len(self.plans) > 1:
+            identities = [tuple((s, paths.events[s][n].id) for s in paths.states) for n in range(len(paths))]
+            fresh = [emitted.get(identity) is not True for identity in identities]
+            paths, identities = paths.take(np.array(fresh, bool)), list(itertools.compress(identities, fresh))
+        leading = tuple((k, paths.t_last - self.window, paths.times[0]) for k in self.leading_negatives)
+        paths, keep = self._check(plan, replace(paths, negatives=paths.negatives + leading), complete=True)
+        if identities is not None:
+            identities = list(itertools.compress(identities, keep.tolist()))
+        if not self.trailing_negatives:
+            for n in range(len(paths)):
+                if identities is not None:
+                    emitted[identities[n]] = True
+                self._emit(paths, n, out)
+            return
+        # the trailing negatives are searched once the window has passed, under every
+        # clause that accepted the path
+        observed = frozenset(self.state_vars[s] for s in paths.states)
+        bindings = self._bindings(paths, complete=True)
+        for n in range(len(paths)):
+            accepted = (plan.bit, bindings[n], observed)
+            if identities is not None and identities[n] in emitted:
+                emitted[identities[n]].append(accepted)
+                continue
+            clauses = [accepted]
+            if identities is not None:
+                emitted[identities[n]] = clauses
+            self.sequence += 1
+            t_first, t_last = int(paths.times[0][n]), int(paths.t_last[n])
+            path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
+            heapq.heappush(self.pending, (t_first + self.window, self.sequence, int(paths.key[n]), t_last,
+                                          float(paths.score[n]), path, clauses))
+
+    def _release(self, until: float, out: BlockResult) -> None:
+        """Emit the waiting matches whose window ended by ``until``: no trailing negative
+        in (t_last, t_first + W) under one of the clauses that accepted the path, scored
+        by the trailing run."""
+        while self.pending and self.pending[0][0] <= until:
+            deadline, _, key, t_last, score, path, clauses = heapq.heappop(self.pending)
+            score *= self.trailing[deadline - t_last]
+            if score < self.threshold:
+                continue
+            one = np.array([key], np.int64)
+            lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)
+            for bit, bindings, observed in clauses:
+                plan = self.plans[bit]
+                if not any(self._present(plan, plan.negatives[k], k, one, lo, hi, [bindings], observed)[0]
+                           for k in self.trailing_negatives):
+                    self._emit_path(path, score, out)
+                    break
+
+    def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:
+        self._emit_path({s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states},
+                        float(paths.score[n]), out)
+
+    def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
+        """Report a match (its observed events, in the query's order) and learn its gaps."""
+        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score))
+        self.totals["matches"] += 1
+        for s in range(1, len(self.positives)):
+            var = self.state_vars[s]
+            if s in path and s - 1 in path and var in self.learned:
+                self.gap_samples[var].append(path[s][0] - path[s - 1][0])
+                self.sample_count += 1
