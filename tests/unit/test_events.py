@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from penumbra import events as events_module
 from penumbra.errors import ValidationError
 from penumbra.events import (
     MAX_ATTRS, Streams, event_to_json, loads, parse_event, parse_event_line, parse_event_lines, parse_events, parse_streams,
     read_events)
+from penumbra.events import codec, model, validation
 from penumbra.timestamps import Histogram, Interval
 
 STREAMS = {"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]},
@@ -289,7 +289,7 @@ def test_orjson_reads_what_the_json_module_reads(text):
     pytest.importorskip("orjson")
     streams = parse_streams(STREAMS)
     fast = outcome(text, streams), outcome(text.encode("utf-8", "surrogatepass"), streams)
-    with mock.patch.object(events_module, "orjson", None):
+    with mock.patch.object(codec, "orjson", None):
         plain = outcome(text, streams)
     assert fast[0] == plain
     if not any("\ud800" <= c <= "\udfff" for c in text):  # else the bytes are not UTF-8
@@ -318,10 +318,10 @@ def test_a_block_of_anything_never_raises(raws):
 def test_names_seen_are_remembered_within_a_bound(streams):
     """Valid names are remembered so the pattern runs once per name, but input cannot grow
     that memory without bound."""
-    lines = [line(id=str(k), attrs={f"k{k}_{j}": j for j in range(10)}) for k in range(events_module._MAX_VALID_NAMES)]
+    lines = [line(id=str(k), attrs={f"k{k}_{j}": j for j in range(10)}) for k in range(validation._MAX_VALID_NAMES)]
     events, rejected = parse_events(lines, streams)
     assert len(events) == len(lines) and not rejected
-    assert len(events_module._VALID_NAMES) <= events_module._MAX_VALID_NAMES
+    assert len(validation._VALID_NAMES) <= validation._MAX_VALID_NAMES
 
 
 def read_with(reader):
@@ -360,9 +360,9 @@ def test_the_common_shape_reads_as_the_full_checks_read_it(obj):
     streams = parse_streams(STREAMS)
     fast = read_with(lambda: parse_event(obj, streams))
     def full_checks_only(raw, streams, decoded):
-        return events_module._checked_event(raw, streams)
+        return model._checked_event(raw, streams)
 
-    with mock.patch.object(events_module, "_event", full_checks_only):
+    with mock.patch.object(model, "_event", full_checks_only):
         full = read_with(lambda: parse_event(obj, streams))
     assert fast == full
     if fast[0] == "event":
