@@ -66,6 +66,14 @@ class QueryPatch(Body):
     paused: Annotated[bool, Field(strict=True)] | None = None
 
 
+class QueryFailure(BaseModel):
+    """Why the job quarantined a query: it skips the query until it is changed or removed."""
+
+    error: str = Field(description="the error the job met running it")
+    at: float = Field(description="seconds since the epoch")
+    batch: int | None = Field(None, description="the micro-batch it failed in")
+
+
 class QueryOut(BaseModel):
     id: str
     text: str
@@ -73,6 +81,9 @@ class QueryOut(BaseModel):
     name: str
     threshold: float | None = Field(description="the threshold (or confidence) it matches at")
     paused: bool
+    failed: QueryFailure | None = Field(None, description=(
+        "set when the job could not run the query: it is skipped (the others go on) until a PATCH changes it "
+        "or it is removed"))
     streams: dict[str, Any] = Field(description="parameters of the streams it reads, as when it was registered")
     version: int = Field(description="registry version of its last change")
     created: float = Field(description="seconds since the epoch")
@@ -342,6 +353,8 @@ class HealthOut(BaseModel):
     lag_entries: int | None = Field(description="ingest entries not yet processed (last progress report)")
     lag_seconds: float | None
     ingest_length: int | None = Field(description="entries in the ingest stream")
+    failed_queries: int | None = Field(None, description=(
+        "queries the job quarantined: it skips them while the others go on (GET /api/queries names them)"))
 
 
 class MetricsOut(BaseModel):

@@ -23,7 +23,7 @@ from penumbra.query import parse
 from .entries import audit_entry
 from .keys import Keys
 
-__all__ = ["TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry",
+__all__ = ["ERROR_CHARS", "TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry",
            "validated_query"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
@@ -37,6 +37,14 @@ AUDIT_MAXLEN = 100_000
 
 class RegistryError(PenumbraError):
     """A registry change that cannot be made (unknown query, name taken, ...)."""
+
+
+#: Characters of a run-time error kept with a quarantined query.
+ERROR_CHARS = 1000
+
+
+class _Unchanged(Exception):
+    """A change that turns out to change nothing: no new version is written."""
 
 
 def _loads(raw) -> Any:
@@ -122,9 +130,26 @@ class Registry:
                 raise RegistryError(f"no query {query_id!r}")
             entry.update(changes)
             check_entry(entry, entry["streams"])
+            entry.pop("failed", None)  # a changed query runs again
             return entry
 
         return self._change(change, who, "update", query_id, changes)
+
+    def fail(self, query_id: str, error: str, *, seen_version: int | None, batch: int | None = None,
+             who: str = "job") -> dict | None:
+        """Quarantine a query the job could not run: its entry gets ``failed`` (the error, when,
+        in which micro-batch) and the job skips it from the next version on, while every other
+        query goes on. Changing the query (``update``) or removing it ends the quarantine.
+        Nothing happens (None) when the query is gone, was changed since the job saw it
+        (its entry's version is no longer ``seen_version``), or is quarantined already."""
+        def change(registry: dict) -> dict:
+            entry = registry["queries"].get(query_id)
+            if entry is None or entry.get("version") != seen_version or entry.get("failed"):
+                raise _Unchanged
+            entry["failed"] = {"error": error[:ERROR_CHARS], "at": time.time(), "batch": batch}
+            return entry
+
+        return self._change(change, who, "quarantine", query_id, {"error": error[:ERROR_CHARS]})
 
     def remove(self, query_id: str, *, who: str = "system") -> dict:
         def change(registry: dict) -> dict:
@@ -165,7 +190,10 @@ class Registry:
                     now = time.time()
                     registry["deleted"] = {q: t for q, t in registry["deleted"].items()
                                            if now - t["at"] < TOMBSTONE_SECONDS}
-                    result = change(registry)
+                    try:
+                        result = change(registry)
+                    except _Unchanged:
+                        return None
                     registry["version"] = version + 1
                     if subject in registry["queries"]:
                         registry["queries"][subject]["version"] = version + 1

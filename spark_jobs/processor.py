@@ -8,7 +8,9 @@ state store (RocksDB) and turns its results into rows for the sink.
 Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON),
 ``l`` (an event the operator did not process, with the reason), ``o`` (the group's
 observations), ``g`` (the group's state: snapshot size and the shuffle partition that ran
-it, or dropped), and the control key's ``r`` (rejected entries) and ``x`` (end marks)
+it, or dropped), ``f`` (the query failed on this group's block: its error; the group keeps
+the state it had, and the sink quarantines the query), and the control key's ``r``
+(rejected entries), ``x`` (end marks) and ``f`` (queries the router could not run)
 passed through. The key of a group may carry its placement slot as a third part
 (:mod:`spark_jobs.placement`); the processor reads only the first two.
 """
@@ -30,7 +32,7 @@ from penumbra.keyed import GroupState, step
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
-from .routing import CONTROL, compiled, settle_heap, unpack
+from .routing import CONTROL, compiled, failure, settle_heap, unpack
 
 __all__ = ["GroupProcessor", "OUTPUT"]
 
@@ -72,10 +74,6 @@ class GroupProcessor(StatefulProcessor):
         query = registry.queries.get(query_id)
         if query is None:
             return None
-        events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
-        for event in events:
-            if isinstance(event, ValidationError):
-                raise event  # the router let the line through with these very streams
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         end = any(tick["end"] for tick in ticks)
@@ -83,8 +81,16 @@ class GroupProcessor(StatefulProcessor):
         if self.state.exists():
             kind, snapshot, pending, wake = self.state.get()
             state = GroupState(kind, snapshot, json.loads(pending), json.loads(wake))
-        result, state = step(query.query, query.streams, KeyGroup(group, query.routing.count), state, events,
-                             clock, threshold=query.entry.get("threshold"), end=end)
+        try:
+            events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
+            for event in events:
+                if isinstance(event, ValidationError):
+                    raise event  # the router let the line through with these very streams
+            result, state = step(query.query, query.streams, KeyGroup(group, query.routing.count), state, events,
+                                 clock, threshold=query.entry.get("threshold"), end=end)
+        except Exception as error:  # noqa: BLE001 - the query is quarantined; the group keeps its state
+            return _frame([(query_id, group, "f", -1, encode({"query": query_id, "error": failure(error),
+                                                             "version": query.entry.get("version")}), None)])
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))
         if result is None:
             return None

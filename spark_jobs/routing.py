@@ -30,9 +30,9 @@ from typing import Any, Iterable
 
 import redis
 
-from contract.entries import CONTROL_FIELD, EVENT_FIELD, read_end_mark
+from contract.entries import CONTROL_FIELD, EVENT_FIELD, encode, read_end_mark
 from contract.keys import Keys
-from contract.registry import Registry
+from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
@@ -42,7 +42,7 @@ from penumbra.query import parse
 
 from .placement import slot
 
-__all__ = ["ROUTED", "CONTROL", "CompiledQuery", "Router", "compiled", "pack", "settle_heap", "unpack"]
+__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "compiled", "failure", "pack", "settle_heap", "unpack"]
 
 ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long, slot int"
 #: The key of rows that are not a query's: rejected entries and end marks.
@@ -60,24 +60,39 @@ class CompiledQuery:
     routing: Routing
 
 
+def failure(error: BaseException) -> str:
+    """A run-time error as a quarantined query keeps it."""
+    return f"{type(error).__name__}: {error}"[:ERROR_CHARS]
+
+
 class _Compiled:
-    """One registry version, compiled: its queries by id and by stream they read."""
+    """One registry version, compiled: its queries by id and by stream they read, and the
+    ones that could not be compiled (``broken``: id -> error), which the job quarantines."""
 
     def __init__(self, registry: dict, groups: int):
         self.version = registry["version"]
         self.groups = groups
         self.streams = parse_streams(registry["streams"])
         self.queries: dict[str, CompiledQuery] = {}
+        self.entries: dict[str, dict] = registry["queries"]
+        self.broken: dict[str, str] = {}
         self.deleted = list(registry.get("deleted", {}))
         self.readers: dict[str, list[CompiledQuery]] = {}
         for query_id, entry in registry["queries"].items():
-            query = parse(entry["text"])
-            streams = parse_streams(entry.get("streams", registry["streams"]))
-            clocker = build_operator(query, streams)
-            compiled_query = CompiledQuery(entry, query, streams, clocker, Routing(clocker.partition_keys(), groups))
+            if entry.get("failed"):
+                continue  # quarantined: skipped until it is changed or removed
+            try:
+                query = parse(entry["text"])
+                streams = parse_streams(entry.get("streams", registry["streams"]))
+                clocker = build_operator(query, streams)
+                routing = Routing(clocker.partition_keys(), groups)
+            except Exception as error:  # noqa: BLE001 - one query's error must not stop the others
+                self.broken[query_id] = failure(error)
+                continue
+            compiled_query = CompiledQuery(entry, query, streams, clocker, routing)
             self.queries[query_id] = compiled_query
             if not entry.get("paused"):
-                for stream in compiled_query.routing.roles:
+                for stream in routing.roles:
                     self.readers.setdefault(stream, []).append(compiled_query)
 
 
@@ -114,6 +129,11 @@ def compiled(url: str, prefix: str, version: int, groups: int) -> _Compiled:
     return _cache[key]
 
 
+def _quarantine(rows: list, query_id: str, entry: dict | None, error: str, version: int) -> None:
+    data = encode({"query": query_id, "error": error, "version": entry.get("version") if entry else None})
+    rows.append((*CONTROL, -1, "f", data, None, version, 0))
+
+
 def _reject(rows: list, seq: int, entry: str, reason: str, raw: bytes, version: int) -> None:
     data = json.dumps({"entry": entry, "reason": reason}).encode()
     rows.append((*CONTROL, seq, "r", data, raw, version, 0))
@@ -142,6 +162,7 @@ class Router:
         rows: list[tuple] = []
         by_query: dict[str, list] = {}
         blocks: dict[tuple[str, int], tuple[list, list]] = {}
+        broken = dict(registry.broken)
         entries = list(entries)
         lines = [data for _, _, field, data in entries if field == EVENT_FIELD]
         parsed = iter(parse_event_lines(lines, registry.streams))
@@ -159,18 +180,36 @@ class Router:
                 _reject(rows, seq, entry, str(event), data, version)
                 continue
             for query in registry.readers.get(event.stream.casefold(), ()):
-                by_query.setdefault(query.entry["id"], []).append(event)
-                for group in query.routing.groups(event.stream, event.attrs):
-                    block = blocks.get((query.entry["id"], group))
+                query_id = query.entry["id"]
+                if query_id in broken:
+                    continue
+                try:
+                    groups = query.routing.groups(event.stream, event.attrs)
+                except Exception as error:  # noqa: BLE001 - quarantined, the others go on
+                    broken[query_id] = failure(error)
+                    continue
+                by_query.setdefault(query_id, []).append(event)
+                for group in groups:
+                    block = blocks.get((query_id, group))
                     if block is None:
-                        block = blocks[query.entry["id"], group] = ([], [])
+                        block = blocks[query_id, group] = ([], [])
                     block[0].append(seq)
                     block[1].append(data)
         for query_id, events in by_query.items():
-            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}),
-                                                 registry.queries[query_id].clocker.clock_of(events))
+            if query_id in broken:
+                continue
+            try:
+                clock = registry.queries[query_id].clocker.clock_of(events)
+            except Exception as error:  # noqa: BLE001 - quarantined, the others go on
+                broken[query_id] = failure(error)
+                continue
+            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}), clock)
+        for query_id, error in broken.items():
+            _quarantine(rows, query_id, registry.entries.get(query_id), error, version)
+            self.clocks.pop(query_id, None)
         rows += [(query_id, group, seqs[0], "b", pack(seqs, lines), None, version,
-                  _slot(query_id, group, self.partitions)) for (query_id, group), (seqs, lines) in blocks.items()]
+                  _slot(query_id, group, self.partitions)) for (query_id, group), (seqs, lines) in blocks.items()
+                 if query_id not in broken]
         return rows
 
     def close(self, version: int) -> list[tuple]:

@@ -10,7 +10,8 @@ group), its observations combined over its key groups (``pn:out:obs:<qid>``; gro
 slept through the batch count with their last state, kept in ``pn:groups:<qid>``), and
 its late events with their reasons in the dead-letter stream ``pn:dead``, beside the
 entries the router rejected; running totals in ``pn:counts``. A PUBLISH on ``pn:live``
-names what changed.
+names what changed. A query that failed in the batch (its error in an ``f`` row) is
+quarantined in the registry first (:meth:`~contract.registry.Registry.fail`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import redis
 
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
+from contract.registry import Registry
 from contract.results import queue_matches
 from penumbra.keyed import PER_BLOCK, combine, state_part
 
@@ -74,6 +76,7 @@ class Sink:
         observations: dict[str, dict[int, dict]] = defaultdict(dict)
         states: dict[str, dict[int, dict | None]] = defaultdict(dict)
         dead, ended = [], []
+        failed: dict[str, dict] = {}
         for query, group, kind, data, raw in zip(rows["qid"], rows["grp"], rows["kind"], rows["data"], rows["raw"]):
             group = int(group)
             if kind == "m":
@@ -92,6 +95,10 @@ class Sink:
                                             entry=rejected["entry"]))
             elif kind == "x":
                 ended.append(json.loads(data)["entry"])
+            elif kind == "f":
+                failure = json.loads(data)
+                failed.setdefault(failure["query"], failure)
+        self._quarantine(failed, batch_id)
         kept = {query: {int(g): json.loads(v) for g, v in client.hgetall(keys.groups(query)).items()}
                 for query in observations}
         pipe = client.pipeline(transaction=True)
@@ -130,3 +137,13 @@ class Sink:
             del self.timings[old]
         log.info("batch %d: %d matches, %d dead letters written", batch_id,
                  sum(map(len, matches.values())), len(dead))
+
+    def _quarantine(self, failed: dict[str, dict], batch_id: int) -> None:
+        """Marks the queries that failed in the batch as failed in the registry, before the
+        batch is written (whoever sees the batch sees the marks): the next micro-batches
+        skip them while the rest go on. A batch replayed after a crash fails the same way
+        and finds its marks made."""
+        registry = Registry(self.client, self.keys)
+        for query, failure in failed.items():
+            if registry.fail(query, failure["error"], seen_version=failure["version"], batch=batch_id) is not None:
+                log.warning("batch %d: query %s quarantined: %s", batch_id, query, failure["error"])

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
@@ -56,13 +57,14 @@ def health(service: ServiceDep):
         pipe.hgetall(keys.heartbeat)
         pipe.xrevrange(keys.metrics, count=1)
         pipe.xlen(keys.ingest)
-        beat, latest, length = pipe.execute()
+        pipe.hvals(keys.queries)
+        beat, latest, length, queries = pipe.execute()
     except (redis.ConnectionError, redis.TimeoutError):
         down = {"status": "down", "redis": False, "redis_ms": None, "job": None, "lag_entries": None,
-                "lag_seconds": None, "ingest_length": None}
+                "lag_seconds": None, "ingest_length": None, "failed_queries": None}
         return JSONResponse(down, status_code=503, headers={"Retry-After": "2"})
     job = _job(beat, time.time())
     progress = read_metrics(latest[0][1]) if latest else {}
     return {"status": "ok" if job and job["alive"] else "degraded", "redis": True, "redis_ms": redis_ms,
             "job": job, "lag_entries": progress.get("lag_entries"), "lag_seconds": progress.get("lag_seconds"),
-            "ingest_length": length}
+            "ingest_length": length, "failed_queries": sum(1 for raw in queries if json.loads(raw).get("failed"))}

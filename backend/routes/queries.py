@@ -46,7 +46,9 @@ def get_query(who: ViewerDep, entry: QueryDep) -> dict:
               summary="Change a query's threshold, name or paused flag")
 def patch_query(who: AnalystDep, query_id: str, body: QueryPatch, entry: QueryDep, service: ServiceDep) -> dict:
     """``{"threshold": 0.7}`` moves a threshold live: the job applies it at its next
-    micro-batch to the state it has (a join's down to its floor)."""
+    micro-batch to the state it has (a join's down to its floor). Any change of a query the
+    job quarantined (``failed``) brings it back: the job runs it again from its next
+    micro-batch, with the state it had."""
     changes = body.model_dump(exclude_unset=True)
     if not changes or any(value is None for value in changes.values()):
         raise ApiError(422, "give at least one of threshold, name, paused (none may be null)", field="body")

@@ -12,9 +12,11 @@ Three children, each in its own process group, each with its log under
 
 While they start, it prints what it waits for (Redis answering PING, the job's heartbeat
 in ``pn:job`` saying its streaming query runs, ``/api/health`` answering), then the URL and
-the admin token. A child that dies is reported and started again after a back-off; after
-``PENUMBRA_UP_RESTARTS`` failures of one child in a row it gives up, stops the rest and
-exits with status 1. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the job (SIGTERM:
+the admin token. A child that dies is reported and started again after a back-off. While
+the system starts, ``PENUMBRA_UP_RESTARTS`` failures of one child in a row (or one not
+ready within ``PENUMBRA_UP_START_TIMEOUT``) make it give up, stop the rest and exit with
+status 1: a set-up problem. Once everything was up, it never gives up on the whole system
+for one child: the rest stays up and that child is tried again at the longest back-off. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the job (SIGTERM:
 it stops between micro-batches and keeps its checkpoint), then Redis (``SHUTDOWN SAVE``);
 the next ``penumbra up`` on the same home resumes from the same checkpoint and data.
 
@@ -185,6 +187,8 @@ class Supervisor:
         self.children: list[Child] = [c for c in (self.redis, self._job_child(), self._api_child()) if c is not None]
         #: called once, when every child is first ready
         self.on_ready: list[Callable[[], None]] = []
+        #: every child was ready once: from then on up never gives up on the whole system
+        self.announced = False
         self.admin_note: str | None = None
         #: set by a signal (``stop_signal`` names it), or by a hook; a second signal sets ``hurry``
         self.stopping = False
@@ -337,7 +341,7 @@ class Supervisor:
     def _supervise(self) -> int:
         began = time.monotonic()
         next_progress = began + PROGRESS_SECONDS
-        announced = False
+        self.announced = announced = False
         if self.redis is None:
             self.say(f"redis: using {_masked(self.redis_url)}")
         while not self.stopping:
@@ -362,6 +366,13 @@ class Supervisor:
                         child.ready_at = now
                         self.say(f"{child.name}: ready in {now - child.started:.1f} s")
                     elif now - child.started > self.settings.up_start_timeout:
+                        if self.announced:  # the system was up: that child is tried again, the rest stays
+                            self.say(f"{child.name}: not ready after {self.settings.up_start_timeout:g} s; "
+                                     f"stopping it to start it again")
+                            child.stop(lambda: self.hurry)
+                            child.failures += 1
+                            child.restart_at = now + BACKOFF_SECONDS[-1]
+                            continue
                         self.say(f"{child.name}: not ready after {self.settings.up_start_timeout:g} s; giving up; "
                                  f"last lines of {child.log}:")
                         self._say_tail(child)
@@ -369,7 +380,7 @@ class Supervisor:
                 elif child.failures and now - child.ready_at >= STABLE_SECONDS:
                     child.failures = 0
             if not announced and all(c.ready_at is not None for c in self.children):
-                announced = True
+                self.announced = announced = True
                 self._announce(now - began)
                 for hook in self.on_ready:
                     hook()
@@ -388,21 +399,31 @@ class Supervisor:
             self.say(f"    | {line}")
 
     def _died(self, child: Child, code: int, now: float) -> bool:
-        """Report a child that died and plan its restart; False when up gives up on it."""
+        """Report a child that died and plan its restart; False when up gives up on it.
+
+        Before the system was first up, a child that keeps failing is a set-up problem: up
+        gives up after ``PENUMBRA_UP_RESTARTS`` failures in a row and stops everything. Once
+        it was up, it never gives up on the whole system for one child: the others stay up
+        (the API, so that people can see and repair what fails) and the child is tried again
+        at the longest back-off."""
         pid, uptime = child.pid, now - child.started
         child.reap()
         child.failures += 1
         self.say(f"{child.name}: {child.title} (pid {pid}) {describe_exit(code)} after {uptime:.1f} s; "
                  f"last lines of {child.log}:")
         self._say_tail(child)
-        if child.failures >= self.settings.up_restarts:
+        if child.failures >= self.settings.up_restarts and not self.announced:
             self.say(f"{child.name}: failed {child.failures} times in a row (each within {STABLE_SECONDS:g} s of "
                      f"getting ready, or before): giving up; see {child.log}")
             return False
         delay = BACKOFF_SECONDS[min(child.failures, len(BACKOFF_SECONDS)) - 1]
         child.restart_at = now + delay
-        self.say(f"{child.name}: restarting in {delay} s (failure {child.failures} of "
-                 f"{self.settings.up_restarts} in a row)")
+        if child.failures >= self.settings.up_restarts:
+            self.say(f"{child.name}: failed {child.failures} times in a row; the rest stays up; restarting in "
+                     f"{delay} s (see {child.log})")
+        else:
+            self.say(f"{child.name}: restarting in {delay} s (failure {child.failures} of "
+                     f"{self.settings.up_restarts} in a row)")
         return True
 
     def _announce(self, seconds: float) -> None:

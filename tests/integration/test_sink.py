@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import contract.results
+from contract.registry import Registry
 from spark_jobs.processor import OUTPUT
 from spark_jobs.sink import Sink
 
@@ -65,3 +66,25 @@ def test_results_are_encoded_as_plain_json():
     # an integer wider than 64 bits is written exactly too (by the json module)
     assert json.loads(encode({**value, "wide": 2 ** 70})) == {**plain, "wide": 2 ** 70}
     assert b" " not in encode({"a": [1, 2], "b": {"c": 0.5}})
+
+
+def test_a_failed_query_is_quarantined_once_its_batch_is_written(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    registry = Registry(client, keys)
+    registry.put_streams({"fa": {"max_delay": 1}, "fb": {"max_delay": 1}})
+    entry = registry.register("SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5", query_id="q1")
+    registry.register("SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 2 WITH THRESHOLD 0.5", query_id="q2")
+    sink = Sink(redis_server.url, keys, "job-1", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
+    failure = json.dumps({"query": "q1", "error": "ValueError: boom", "version": entry["version"]}).encode()
+    rows = [("q1", 0, "f", -1, failure, None), ("", 0, "f", -1, failure, None)] + match_rows("q2", 3, "m")
+    sink.write(pd.DataFrame(rows, columns=COLUMNS), 7)
+    marked = registry.query("q1")["failed"]
+    assert (marked["error"], marked["batch"]) == ("ValueError: boom", 7)
+    assert "failed" not in registry.query("q2") and client.xlen(keys.matches("q2")) == 3
+    # a failure seen on a version the query no longer has marks nothing; a change clears the mark
+    registry.update("q1", threshold=0.6)
+    assert "failed" not in registry.query("q1")
+    version = registry.version()
+    sink.write(pd.DataFrame([("q1", 0, "f", -1, failure, None)], columns=COLUMNS), 8)
+    assert "failed" not in registry.query("q1") and registry.version() == version
+    client.close()

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,6 +370,30 @@ def test_a_child_that_keeps_dying_is_given_up_on(tmp_path, redis_server):
     assert len(re.findall(r"^broken: .* exited with status 3", text, re.M)) == 3, text
     assert re.search(r"^broken: failed 3 times in a row .*giving up", text, re.M), text
     assert "Penumbra is up" not in text
+
+
+def test_once_up_a_child_that_keeps_dying_never_takes_the_rest_down(tmp_path, redis_server):
+    up, out = supervisor(tmp_path, redis_server.url, up_restarts=2)
+    steady = tmp_path / "steady"
+    steady.mkdir()
+    up.children = [stand_in("steady", "import pathlib, time; pathlib.Path('ready').touch(); time.sleep(120)", steady,
+                            ready="ready"),
+                   stand_in("dier", "import pathlib, time; pathlib.Path('ready').touch(); time.sleep(0.5); exit(3)",
+                            tmp_path, ready="ready")]
+    pids = []
+    up.on_ready.append(lambda: pids.append(up.children[0].pid))
+    stop = threading.Timer(6.5, lambda: setattr(up, "stopping", True))
+    stop.start()
+    try:
+        assert up.run() == 0, out.getvalue()
+    finally:
+        stop.cancel()
+    text = out.getvalue()
+    assert len(re.findall(r"^dier: .* exited with status 3", text, re.M)) >= 3, text
+    assert re.search(r"^dier: failed 3 times in a row; the rest stays up; restarting in 4 s", text, re.M), text
+    assert "giving up" not in text
+    # the steady child ran the whole time, never restarted
+    assert len(re.findall(r"^steady: starting", text, re.M)) == 1 and pids, text
 
 
 #: ``penumbra up`` with one stand-in child: argv home, API port, Redis URL

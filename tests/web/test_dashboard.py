@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from contract import Registry
 from tests.browser import WAIT_MS, wait_until
 
 from .conftest import unique, write_batch
@@ -222,6 +223,28 @@ def test_a_bad_query_is_marked_at_its_line_and_column_then_registered(tab, api, 
     page.click("#confirm-ok")
     row.wait_for(state="detached")
     assert store.hget(keys.queries, query_id) is None
+
+
+def test_a_quarantined_query_shows_its_error_on_queries_and_health_and_is_retried(tab, api, store, keys,
+                                                                                  join_query):
+    query_id, _, _ = join_query
+    registry = Registry(store, keys)
+    entry = registry.query(query_id)
+    assert registry.fail(query_id, "MemoryError: the operator ran out of memory",
+                         seen_version=entry["version"]) is not None
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "health")
+    tile = page.locator("#stats .card", has_text="Failed queries")
+    tile.locator(".v.bad", has_text=entry["name"]).wait_for()
+    tab.open("queries")
+    row = page.locator(f'tr[data-query="{query_id}"]')
+    row.locator("text=Failed").wait_for()
+    assert "MemoryError: the operator ran out of memory" in row.inner_text()
+    assert row.locator('button[data-act="pause"]').count() == 0
+    row.locator('button[data-act="retry"]').click()
+    row.locator("text=Running").wait_for()
+    assert "failed" not in json.loads(store.hget(keys.queries, query_id))
+    assert api.get("/health").json()["failed_queries"] == 0
 
 
 def test_templates_of_the_three_forms_validate(tab, api):

@@ -18,10 +18,16 @@ export function verdict(health, latest) {
   const lag = health.lag_seconds ?? latest?.lag_seconds ?? 0;
   const batch = (latest?.duration_ms ?? 0) / 1000;
   if (lag > Math.max(10, 3 * batch)) return [`Falling behind: ${duration(lag)} of events wait`, "meh"];
+  if (health.failed_queries) {
+    return [`${health.failed_queries} failed ${health.failed_queries === 1 ? "query is" : "queries are"} skipped; the others keep up`, "meh"];
+  }
   return ["Keeping up", "good"];
 }
 
 const time = (s) => new Date(s * 1000);
+
+// the queries the job quarantined, by name (the Queries view says why and retries them)
+const failedNames = () => [...store.queries.values()].filter((e) => e.failed).map((e) => e.name).join(", ");
 
 export default {
   title: "Buffers and health",
@@ -69,6 +75,7 @@ export default {
           ? `${duration(health.lag_seconds)} · ${count(health.lag_entries)} entries` : "—", ""],
         ["Ingest stream", `${count(health?.ingest_length)} entries`, ""],
         ["Input rate", latest ? `${count(latest.input_rate)} events/s` : "—", ""],
+        ["Failed queries", failedNames() || "none", health?.failed_queries ? "bad" : ""],
       ];
       $("#stats").innerHTML = tiles.map(([k, v, c]) => `<div class="card stat"><div class="k">${k}</div><div class="v ${c}">${esc(v)}</div></div>`).join("");
     }

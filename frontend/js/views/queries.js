@@ -50,6 +50,15 @@ function matchRate(id) {
   return { perMinute: recent / 10, last };
 }
 
+// a quarantined query says why: the job skips it (the others go on) until it is changed or deleted
+function statusCell(entry) {
+  if (entry.failed) {
+    return `<span class="status status-failed">✖ Failed</span>
+      <br><span class="small failure" title="${esc(entry.failed.error)}">${esc(entry.failed.error.slice(0, 160))}</span>`;
+  }
+  return `<span class="status status-${entry.paused ? "paused" : "running"}">${entry.paused ? "⏸ Paused" : "▶ Running"}</span>`;
+}
+
 export default {
   title: "Queries",
   mount(main) {
@@ -244,12 +253,14 @@ export default {
           return `<tr data-query="${esc(e.id)}">
             <td data-label="Query"><strong>${esc(e.name)}</strong>${e.name !== e.id ? ` <span class="muted small">${esc(e.id)}</span>` : ""}
               <br><span class="muted small">${esc(e.kind)} · registered ${clock(e.created)}</span></td>
-            <td data-label="Status"><span class="status status-${e.paused ? "paused" : "running"}">${e.paused ? "⏸ Paused" : "▶ Running"}</span></td>
+            <td data-label="Status">${statusCell(e)}</td>
             <td data-label="Threshold" class="num">${percent(e.threshold)}</td>
             <td data-label="Match rate" class="num">${number(perMinute)} / min</td>
             <td data-label="Last match" class="num"><span title="${esc(fullTime(last))}">${last ? `${clock(last)} (${ago(last)})` : "—"}</span></td>
             <td data-label="Actions"><div class="actions">
-              <button type="button" data-role="analyst" data-act="pause" data-key="${esc(e.id)}:pause">${e.paused ? "Resume" : "Pause"}</button>
+              ${e.failed
+                ? `<button type="button" data-role="analyst" data-act="retry" data-key="${esc(e.id)}:retry">Retry</button>`
+                : `<button type="button" data-role="analyst" data-act="pause" data-key="${esc(e.id)}:pause">${e.paused ? "Resume" : "Pause"}</button>`}
               <a href="#/tuner?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:tune">Tune</a>
               <a href="#/inspector?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:inspect">Inspect</a>
               <button type="button" class="danger" data-role="analyst" data-act="delete" data-key="${esc(e.id)}:delete">Delete</button>
@@ -268,6 +279,10 @@ export default {
         if (button.dataset.act === "pause") {
           await patch(q(id), { paused: !entry.paused });
           notify(`${entry.name} ${entry.paused ? "resumed" : "paused"}.`);
+        } else if (button.dataset.act === "retry") {
+          // any change brings a quarantined query back: the job runs it again from its state
+          await patch(q(id), { paused: entry.paused });
+          notify(`${entry.name}: the job runs it again from its next micro-batch.`);
         } else if (await confirmAction(`Delete ${entry.name}?`,
           "The job drops its state at its next micro-batch and its alarm goes; its results stay in their streams.", "Delete")) {
           await del(q(id));
