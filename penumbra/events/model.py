@@ -164,7 +164,8 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
     if type(obj) is dict and 3 <= len(obj) <= 4:
         stream, event_id, attrs = obj.get("stream"), obj.get("id"), obj.get("attrs", _NO_ATTRS)
         if type(stream) is str and stream in _VALID_NAMES and type(event_id) is str \
-                and 0 < len(event_id) <= MAX_ID_LENGTH and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
+                and 0 < len(event_id) <= MAX_ID_LENGTH and event_id.isprintable() \
+                and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
             ts = obj.get("ts")
             interval = _plain_interval(ts)
             template = None if interval is not None else _plain_template(ts, stream, streams)
@@ -254,7 +255,7 @@ def _checked_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | Non
         raise ValidationError(missing, "missing required field")
     if type(stream) is not str or stream not in _VALID_NAMES:
         _name(stream, "stream")
-    if type(event_id) is not str or not 0 < len(event_id) <= MAX_ID_LENGTH:
+    if type(event_id) is not str or not 0 < len(event_id) <= MAX_ID_LENGTH or not event_id.isprintable():
         _check_id(event_id)
     ts, template, detected = _timestamp(ts, stream, streams)
     attrs = obj.get("attrs", _MISSING)
@@ -266,6 +267,11 @@ def _check_id(value: Any) -> None:
         raise ValidationError("id", f"must be a non-empty string, got {_json_type(value)}")
     if len(value) > MAX_ID_LENGTH:
         raise ValidationError("id", f"too long: {len(value)} characters, at most {MAX_ID_LENGTH}")
+    # an id comes back in matches, logs and the dashboard: no control, format (a
+    # right-to-left override) or separator character that would change what is shown
+    for at, char in enumerate(value):
+        if not char.isprintable():
+            raise ValidationError("id", f"must hold printable characters only: U+{ord(char):04X} at position {at}")
 
 
 def event_to_json(event: Event) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import PenumbraError
+from ..errors import MAX_MESSAGE_CHARS, PenumbraError, cut
 
 __all__ = ["QueryError"]
 
@@ -11,7 +11,7 @@ class QueryError(PenumbraError):
     """A query that does not parse or does not make sense; ``line`` and ``column`` are 1-based."""
 
     def __init__(self, message: str, line: int | None = None, column: int | None = None):
-        self.message = message
+        self.message = message = cut(message, MAX_MESSAGE_CHARS)
         self.line = line
         self.column = column
         where = f"line {line}, column {column}: " if line is not None else ""

@@ -238,10 +238,15 @@ def test_what_json_refuses_is_named(streams, text, field, words):
 
 
 def test_what_only_the_json_module_reads(streams):
-    """Lone surrogates and duplicate keys read as the json module reads them."""
-    e = parse_event_line('{"stream": "s", "id": "\\ud800", "ts": {"lo": 0, "hi": 1}, "id": "b\\udfff"}', streams)
-    assert e.id == "b\udfff"
-    assert parse_event_line(line(id="\ud800x"), streams).id == "\ud800x"
+    """Lone surrogates and duplicate keys read as the json module reads them (a lone
+    surrogate in an attribute's text is kept; in an id it is refused, as is any character
+    that is not printable)."""
+    e = parse_event_line('{"stream": "s", "id": "\\ud800", "ts": {"lo": 0, "hi": 1}, "id": "b",'
+                         ' "attrs": {"note": "b\\udfff"}}', streams)
+    assert (e.id, e.attrs["note"]) == ("b", "b\udfff")
+    assert parse_event_line(line(attrs={"note": "\ud800x"}), streams).attrs["note"] == "\ud800x"
+    with pytest.raises(ValidationError, match="U\\+D800"):
+        parse_event_line(line(id="\ud800x"), streams)
 
 
 def test_mappings_and_number_types_as_before(streams):
@@ -432,3 +437,22 @@ def test_a_block_resolves_each_template_once_for_all_its_events(streams):
     assert block[5].ts == Interval(100.0, 120.0)
     assert all(e.ts.probs is streams["seismic"].templates["s1"].probs for e in block[:5])
     assert all(not e.ts.edges.flags.writeable for e in block[:5])
+
+
+@pytest.mark.parametrize("event_id, code", [("a\x00b", "U+0000"), ("\x1b[31mred", "U+001B"), ("x\u202ey", "U+202E"),
+                                            ("a\u2028b", "U+2028"), ("\ud800", "U+D800"), ("nbsp\u00a0", "U+00A0")])
+def test_an_id_must_be_printable(event_id, code):
+    with pytest.raises(ValidationError) as refused:
+        parse_event({"stream": "s", "id": event_id, "ts": {"lo": 1, "hi": 2}})
+    assert refused.value.field == "id" and code in refused.value.message
+    # the same in a block: the bad one rejected with its reason, the good one kept
+    events, rejected = parse_events([{"stream": "s", "id": event_id, "ts": {"lo": 1, "hi": 2}},
+                                     {"stream": "s", "id": "fine id é", "ts": {"lo": 1, "hi": 2}}])
+    assert [e.id for e in events] == ["fine id é"] and rejected[0][1].field == "id"
+
+
+def test_an_error_quotes_a_huge_input_only_in_part():
+    with pytest.raises(ValidationError) as refused:
+        parse_event({"stream": "s", "id": "a", "ts": {"lo": 1, "hi": 2}, "attrs": {"k" * 1_000_000: 1}})
+    assert len(refused.value.field) <= 256 and len(refused.value.message) <= 1024
+    assert "characters in all" in refused.value.field
