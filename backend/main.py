@@ -25,7 +25,7 @@ from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
 from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
-from .web import mount_frontend
+from .web import HtmlPolicy, mount_frontend
 
 __all__ = ["ROUTERS", "api_app", "create_app", "server_options"]
 
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(HtmlPolicy)
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.add_middleware(AccessLog)
 

@@ -14,17 +14,20 @@ says so to the browser too). There is no build step: the modules are plain JavaS
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
+import re
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import error_response
 
-__all__ = ["CONTENT_SECURITY_POLICY", "FRONTEND", "mount_frontend", "plotly_js"]
+__all__ = ["CONTENT_SECURITY_POLICY", "FRONTEND", "HtmlPolicy", "mount_frontend", "plotly_js"]
 
 #: The dashboard's static files (index.html, app.css, js/).
 FRONTEND = Path(__file__).resolve().parents[1] / "frontend"
@@ -50,18 +53,75 @@ def plotly_js() -> Path | None:
 
 
 class _Static(StaticFiles):
-    """StaticFiles that revalidates (the files change with the code, not per release) and
-    tells the browser not to guess content types."""
+    """StaticFiles that revalidates (the files change with the code, not per release), tells
+    the browser not to guess content types, and gives every file the page's policy (so the
+    page read as ``/static/index.html`` is framed and scripted no more than at ``/``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"cache-control", b"no-cache"),
-                                      (b"x-content-type-options", b"nosniff")]
+                message["headers"] = [*message["headers"], *_encoded(_PAGE_HEADERS)]
             await send(message)
 
         await super().__call__(scope, receive, send_with_headers)
+
+
+def _encoded(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+
+
+#: The OpenAPI pages (/docs) load Swagger UI from its CDN and start it with an inline script:
+#: those, and nothing else, may run; no page of the service may be framed.
+DOCS_SOURCES = "https://cdn.jsdelivr.net"
+_INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.S)
+
+
+class HtmlPolicy:
+    """Every HTML answer of the app carries a Content-Security-Policy, ``frame-ancestors
+    'none'`` and ``nosniff``: the dashboard its own (set where it is served), any other page
+    (the OpenAPI docs) one that allows its CDN and the hashes of its own inline scripts."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: dict = {}
+
+        async def send_with_policy(message):
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers", []))
+                html = headers.get(b"content-type", b"").startswith(b"text/html")
+                if not html or b"content-security-policy" in headers:
+                    await send(message)
+                    return
+                held["start"], held["body"] = message, b""
+                return
+            if "start" not in held:
+                await send(message)
+                return
+            held["body"] += message.get("body", b"")
+            if message.get("more_body"):
+                return
+            start = held.pop("start")
+            start["headers"] = [*start.get("headers", []), *_encoded(_docs_headers(held["body"]))]
+            await send(start)
+            await send({"type": "http.response.body", "body": held["body"]})
+
+        await self.app(scope, receive, send_with_policy)
+
+
+def _docs_headers(body: bytes) -> dict[str, str]:
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(script).digest()).decode()}'"
+                      for script in _INLINE_SCRIPT.findall(body))
+    policy = (f"default-src 'self'; script-src 'self' {DOCS_SOURCES} {hashes}; style-src 'self' {DOCS_SOURCES}; "
+              "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; object-src 'none'; "
+              "base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+    return {"Content-Security-Policy": policy, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "DENY"}
 
 
 def mount_frontend(app: FastAPI, folder: Path = FRONTEND) -> None:
