@@ -27,6 +27,9 @@ class Settings(SharedSettings):
     ingest_max_events: int = Field(10_000, ge=1, description="most events in one POST /api/events")
     ingest_rate_limit: int = Field(200, ge=1, description="ingest requests per token per rate window; more answers 429")
     ingest_rate_window: int = Field(1, ge=1, description="length of the ingest rate window, seconds")
+    auth_failure_limit: int = Field(20, ge=1, description=(
+        "failed authentications per client address per window; more answers 429 (REST) or closes 4429 (websocket)"))
+    auth_failure_window: int = Field(60, ge=1, description="length of the failed-authentication window, seconds")
     dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
     ws_queue: int = Field(1000, ge=10, description=(
         "matches and alarms waiting for one live-feed client; beyond, it is closed with 4008 and resumes"))

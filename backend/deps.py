@@ -21,7 +21,7 @@ from penumbra.events import Streams, parse_streams
 
 from .config import Settings
 from .errors import ApiError
-from .limits import RateLimiter
+from .limits import FailedAuthentications, RateLimiter
 from .security import Principal, Role, TokenStore
 
 __all__ = ["AdminDep", "AnalystDep", "QueryDep", "Service", "ServiceDep", "TokenDep", "ViewerDep"]
@@ -39,6 +39,7 @@ class Service:
     registry: Registry = field(init=False)
     tokens: TokenStore = field(init=False)
     ingest_limiter: RateLimiter = field(init=False)
+    auth_failures: FailedAuthentications = field(init=False)
     bootstrapped: bool = False
     #: the admin token generated at the first start (None when given or already there)
     generated_admin_token: str | None = None
@@ -49,6 +50,8 @@ class Service:
         self.tokens = TokenStore(self.redis, self.keys)
         self.ingest_limiter = RateLimiter(self.redis, self.keys, self.settings.ingest_rate_limit,
                                           self.settings.ingest_rate_window)
+        self.auth_failures = FailedAuthentications(self.redis, self.keys, self.settings.auth_failure_limit,
+                                                   self.settings.auth_failure_window)
 
     @classmethod
     def connect(cls, settings: Settings) -> Service:
@@ -66,6 +69,16 @@ class Service:
             version, _, params = self.snapshot()
             self._streams = (version, parse_streams(params))
         return self._streams[1]
+
+    def authenticate(self, token: str, address: str) -> Principal | None:
+        """The token's principal (None: wrong or revoked, counted against the address);
+        429 first when the address failed too often."""
+        self.auth_failures.check(address)
+        self.bootstrap()
+        principal = self.tokens.check(token)
+        if principal is None:
+            self.auth_failures.failed(address)
+        return principal
 
     def audit(self, who: str, action: str, subject: str, details=None) -> None:
         self.registry.audit(who, action, subject, details)
@@ -88,12 +101,11 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 bearer = HTTPBearer(auto_error=False, description="a token from POST /api/tokens (or the admin token)")
 
 
-def current_principal(service: ServiceDep,
+def current_principal(request: Request, service: ServiceDep,
                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
     if credentials is None or not credentials.credentials:
         raise ApiError(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    service.bootstrap()
-    principal = service.tokens.check(credentials.credentials)
+    principal = service.authenticate(credentials.credentials, request.client.host if request.client else "unknown")
     if principal is None:
         raise ApiError(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return principal

@@ -15,7 +15,7 @@ from contract.keys import Keys
 
 from .errors import ApiError
 
-__all__ = ["AccessLog", "BodySizeLimit", "RateLimiter"]
+__all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -105,6 +105,42 @@ class RateLimiter:
             retry = max(1, math.ceil((slot + 1) * self.window - now))
             raise ApiError(429, f"ingest rate limit: at most {self.limit} requests per {self.window} s per token",
                            headers={"Retry-After": str(retry)}, retry_after=retry)
+
+
+class FailedAuthentications:
+    """At most ``limit`` failed authentications (a token that is wrong or revoked) per
+    client address per window of ``window`` seconds, counted in Redis; past it, the
+    address gets 429 with ``Retry-After`` before its token is even looked at, so tokens
+    cannot be guessed at speed. Each failure is logged with the address and the count,
+    never the token."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, limit: int, window: int):
+        self.redis, self.keys, self.limit, self.window = client, keys, limit, window
+
+    def _key(self, address: str) -> tuple[str, float, int]:
+        now = time.time()
+        slot = int(now // self.window)
+        return self.keys.auth_failures(address, slot), now, slot
+
+    def _refuse(self, now: float, slot: int) -> ApiError:
+        retry = max(1, math.ceil((slot + 1) * self.window - now))
+        return ApiError(429, f"too many failed authentications from this address: at most {self.limit} per "
+                             f"{self.window} s", headers={"Retry-After": str(retry)}, retry_after=retry)
+
+    def check(self, address: str) -> None:
+        """429 when the address is over its failures in this window."""
+        key, now, slot = self._key(address)
+        if int(self.redis.get(key) or 0) >= self.limit:
+            raise self._refuse(now, slot)
+
+    def failed(self, address: str) -> None:
+        """Count one failure of the address, and log it."""
+        key, _, _ = self._key(address)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, self.window + 1)
+        count, _ = pipe.execute()
+        log.warning("authentication failed from %s (%d in this %d s window)", address, count, self.window)
 
 
 class AccessLog:

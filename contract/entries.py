@@ -17,11 +17,11 @@ from typing import Any, Iterable
 
 import orjson
 
-__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "alarm_state_entry", "audit_entry", "control_entry",
-           "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm", "live_batch",
-           "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry", "read_alarm_action",
-           "read_alarm_state", "read_audit", "read_dead", "read_end_mark", "read_match", "read_metrics",
-           "read_observation", "rejected_letter"]
+__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "alarm_state_entry", "audit_entry",
+           "control_entry", "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm",
+           "live_batch", "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry",
+           "read_alarm_action", "read_alarm_state", "read_audit", "read_dead", "read_end_mark", "read_match",
+           "read_metrics", "read_observation", "rejected_letter"]
 
 #: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
 #: huge entries cannot fill Redis, whose dead-letter stream is capped by count.

@@ -107,3 +107,6 @@ class Keys:
 
     def rate(self, who: str, slot: int) -> str:
         return f"{self.prefix}:rate:{who}:{slot}"
+
+    def auth_failures(self, address: str, slot: int) -> str:
+        return f"{self.prefix}:auth-failures:{address}:{slot}"

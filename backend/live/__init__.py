@@ -20,9 +20,10 @@ itself.
   streams out to the feeds.
 """
 
-from .client import CLOSE_FORBIDDEN, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED, CLOSE_UNAVAILABLE, KINDS, Client
+from .client import (CLOSE_FORBIDDEN, CLOSE_THROTTLED, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED, CLOSE_UNAVAILABLE, KINDS,
+                     Client)
 from .cursor import Cursor, parse_cursor
 from .hub import REDIS_CONNECTIONS, Hub
 
-__all__ = ["CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS", "REDIS_CONNECTIONS",
-           "Client", "Cursor", "Hub", "parse_cursor"]
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_THROTTLED", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS",
+           "REDIS_CONNECTIONS", "Client", "Cursor", "Hub", "parse_cursor"]

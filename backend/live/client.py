@@ -22,8 +22,8 @@ from .cursor import ZERO, Cursor, encode
 if TYPE_CHECKING:
     from .hub import Hub
 
-__all__ = ["CLOSE_FORBIDDEN", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS", "Client", "Feed",
-           "feed_name"]
+__all__ = ["CLOSE_FORBIDDEN", "CLOSE_THROTTLED", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS",
+           "Client", "Feed", "feed_name"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -33,6 +33,7 @@ CLOSE_TOO_SLOW = 4008       # the client's queue of matches and alarms overflowe
 CLOSE_UNAUTHORIZED = 4401   # no token, an unknown or a revoked one
 CLOSE_FORBIDDEN = 4403      # the token's role may not read the live feed
 CLOSE_UNAVAILABLE = 1013    # Redis unavailable: try again later
+CLOSE_THROTTLED = 4429      # too many failed authentications from the client's address: try again later
 
 
 def feed_name(kind: str, query: str | None) -> str:

@@ -18,9 +18,9 @@ import redis
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import field_of
-from ..live import (CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, CLOSE_UNAVAILABLE, KINDS, Client, Cursor, Hub,
-                    parse_cursor)
+from ..errors import ApiError, field_of
+from ..live import (CLOSE_FORBIDDEN, CLOSE_THROTTLED, CLOSE_UNAUTHORIZED, CLOSE_UNAVAILABLE, KINDS, Client, Cursor,
+                    Hub, parse_cursor)
 from ..security import Principal, Role
 
 router = APIRouter(tags=["live"])
@@ -74,12 +74,11 @@ async def _token_message(websocket: WebSocket, timeout: float) -> str | None:
     return token
 
 
-async def _principal(hub: Hub, token: str) -> Principal | None:
-    def check() -> Principal | None:
-        hub.service.bootstrap()
-        return hub.service.tokens.check(token)
-
-    return await asyncio.to_thread(check)
+async def _principal(hub: Hub, token: str, websocket: WebSocket) -> Principal | None:
+    """The token's principal (None: wrong or revoked); ApiError 429 when the client's
+    address failed to authenticate too often (:meth:`~backend.deps.Service.authenticate`)."""
+    address = websocket.client.host if websocket.client else "unknown"
+    return await asyncio.to_thread(hub.service.authenticate, token, address)
 
 
 def _cursors(since: str | dict[str, str] | None) -> Cursor | dict[str, Cursor] | None:
@@ -125,7 +124,7 @@ async def _handle(hub: Hub, client: Client, message: dict) -> None:
         field, reason = error.args if len(error.args) == 2 else ("since", str(error))
         client.send({"type": "error", "field": field, "message": reason})
         return
-    if await _principal(hub, client.token) is None:
+    if await _principal(hub, client.token, client.websocket) is None:
         client.close(CLOSE_UNAUTHORIZED, "the token was revoked")
         return
     queries = None if request.queries == "*" else list(dict.fromkeys(request.queries))
@@ -143,9 +142,12 @@ async def live_feed(websocket: WebSocket) -> None:
             token = await _token_message(websocket, hub.settings.ws_auth_timeout)
             if token is None:
                 return
-        principal = await _principal(hub, token)
+        principal = await _principal(hub, token, websocket)
     except (redis.RedisError, OSError):
         await websocket.close(CLOSE_UNAVAILABLE, "Redis is unavailable; try again later")
+        return
+    except ApiError as error:  # too many failed authentications from this address
+        await websocket.close(CLOSE_THROTTLED, f"{error.message}; try again in {error.details['retry_after']} s")
         return
     if principal is None:
         await websocket.close(CLOSE_UNAUTHORIZED, "invalid or revoked token")

@@ -49,7 +49,8 @@ def _setup(args: argparse.Namespace, sc) -> None:
             raise UsageError(f"--setup: PUT /api/streams/{name} answered {status}: {answer}")
     for query in sc.queries:
         status, answer = api_call(args.api, "POST", "/api/queries", args.token,
-                                  {"id": query.id, "name": query.name, "text": query.text, "threshold": query.threshold})
+                                  {"id": query.id, "name": query.name, "text": query.text,
+                                   "threshold": query.threshold})
         if status == 409:
             print(f"penumbra simulate: query {query.id!r} is already registered; kept as it is", file=sys.stderr)
         elif status != 201:

@@ -16,7 +16,8 @@ the admin token. A child that dies is reported and started again after a back-of
 the system starts, ``PENUMBRA_UP_RESTARTS`` failures of one child in a row (or one not
 ready within ``PENUMBRA_UP_START_TIMEOUT``) make it give up, stop the rest and exit with
 status 1: a set-up problem. Once everything was up, it never gives up on the whole system
-for one child: the rest stays up and that child is tried again at the longest back-off. SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the job (SIGTERM:
+for one child: the rest stays up and that child is tried again at the longest back-off.
+SIGINT (Ctrl-C), SIGTERM or SIGHUP stop the API, then the job (SIGTERM:
 it stops between micro-batches and keeps its checkpoint), then Redis (``SHUTDOWN SAVE``);
 the next ``penumbra up`` on the same home resumes from the same checkpoint and data.
 

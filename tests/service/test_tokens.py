@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import uuid
+
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from backend import Settings, create_app
 from backend.security import Role, TokenStore, token_id
@@ -84,3 +89,48 @@ def test_bootstrap_generates_and_prints_once(capfd):
             assert "admin token" not in capfd.readouterr().err
         stored = TokenStore(redis.Redis.from_url(server.url), Keys()).records()
         assert [r["role"] for r in stored] == ["admin"]
+
+
+@pytest.fixture
+def throttled(redis_server):
+    """An app of its own (own key prefix) that allows 3 failed authentications per address a minute."""
+    settings = Settings(redis_url=redis_server.url, redis_prefix=f"pn-auth-{uuid.uuid4().hex[:8]}",
+                        admin_token=ADMIN_TOKEN, auth_failure_limit=3, auth_failure_window=60)
+    with TestClient(create_app(settings)) as client:
+        yield client
+    store = redis.Redis.from_url(redis_server.url)
+    found = store.keys(f"{settings.redis_prefix}:*")
+    if found:
+        store.delete(*found)
+    store.close()
+
+
+def test_failed_authentications_are_throttled_per_address_and_logged_without_the_token(throttled, caplog):
+    guesses = [f"pn_guess-{n}-" + "y" * 30 for n in range(4)]
+    with caplog.at_level(logging.WARNING, logger="penumbra.api"):
+        assert [throttled.get("/api/me", headers=bearer(g)).status_code for g in guesses[:3]] == [401] * 3
+        refused = throttled.get("/api/me", headers=bearer(guesses[3]))
+    assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert "failed authentications" in refused.json()["error"]["message"]
+    # the address waits, whatever token it shows; a missing token is no guess and counts for nothing
+    assert throttled.get("/api/me", headers=bearer(ADMIN_TOKEN)).status_code == 429
+    logged = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
+    assert len(logged) == 3 and all("testclient" in line for line in logged)
+    assert not any(g in caplog.text for g in guesses)
+    # another address is not held back
+    with TestClient(throttled.app, client=("10.1.2.3", 5000)) as other:
+        assert other.get("/api/me", headers=bearer(ADMIN_TOKEN)).status_code == 200
+
+
+def test_failed_websocket_authentications_count_and_close_4429(throttled):
+    for n in range(3):
+        with throttled.websocket_connect("/ws") as ws:
+            ws.send_text(json.dumps({"token": f"pn_wrong-{n}-" + "z" * 30}))
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_text()
+            assert closed.value.code == 4401
+    with throttled.websocket_connect("/ws") as ws:
+        ws.send_text(json.dumps({"token": ADMIN_TOKEN}))
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+        assert closed.value.code == 4429 and "try again in" in closed.value.reason
