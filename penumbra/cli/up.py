@@ -4,8 +4,8 @@ Three children, each in its own process group, each with its log under
 ``$PENUMBRA_HOME/var/log/``, all listening on 127.0.0.1 only:
 
 - ``redis-server`` with Penumbra's own configuration (``var/redis/redis.conf``, written at
-  each start: loopback, AOF on, data in ``var/redis``) on ``PENUMBRA_REDIS_PORT``, unless
-  ``PENUMBRA_REDIS_URL`` names a Redis to use;
+  each start: loopback, a password every child gets in its Redis URL, AOF on, data in
+  ``var/redis``) on ``PENUMBRA_REDIS_PORT``, unless ``PENUMBRA_REDIS_URL`` names a Redis to use;
 - the Spark job (``python -m spark_jobs``: local mode unless ``PENUMBRA_SPARK_MASTER``
   names a cluster), its checkpoint in ``var/checkpoint``;
 - the API (uvicorn serving ``backend.create_app``) on ``PENUMBRA_PORT``.
@@ -35,6 +35,7 @@ import fcntl
 import io
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -132,21 +133,34 @@ def settings_help() -> str:
         f"  {'':<29} and printed once; Redis keeps only its hash)",
         "",
         "Every other PENUMBRA_ setting reaches the API (docs/service.md) and the job (docs/pipeline.md).",
-        "Files: var/redis (Redis data, AOF), var/checkpoint (the job's), var/log/{redis,job,api}.log.",
+        "Files (the owner's alone): var/redis (Redis data, AOF, its password), var/checkpoint (the job's),",
+        "var/log/{redis,job,api}.log.",
         "Ctrl-C or SIGTERM stops everything; the next `penumbra up` on the same home resumes.",
     ])
 
 
-def redis_config(settings: UpSettings) -> str:
-    """Penumbra's redis.conf: loopback only, AOF on (fsync every second) with RDB snapshots besides."""
+def redis_config(settings: UpSettings, password: str) -> str:
+    """Penumbra's redis.conf: loopback only, a password, AOF on (fsync every second) with
+    RDB snapshots besides."""
     def quoted(path: Path) -> str:
         return json.dumps(str(path), ensure_ascii=False)
 
     return "\n".join([
         "# Penumbra's Redis: written by `penumbra up` at each start (PENUMBRA_REDIS_PORT, PENUMBRA_HOME)",
-        f"bind {LOOPBACK}", "protected-mode yes", f"port {settings.redis_port}",
+        f"bind {LOOPBACK}", "protected-mode yes", f"port {settings.redis_port}", f"requirepass {password}",
         f"dir {quoted(settings.redis_data)}", f"logfile {quoted(settings.logs / 'redis.log')}",
         "daemonize no", "appendonly yes", "appendfsync everysec", "save 3600 1 300 100 60 10000", ""])
+
+
+def redis_password(settings: UpSettings) -> str:
+    """The password of up's own Redis: made at the first start, kept in ``var/redis/password``
+    (readable by its owner only) for the next starts and for whoever administers it."""
+    path = settings.redis_data / "password"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
 
 
 def _redis_client(url: str) -> redis.Redis:
@@ -179,9 +193,12 @@ class Supervisor:
 
         self.settings = settings
         self.out = out or sys.stdout
-        self.service_settings = Settings(redis_url=settings.redis_url, redis_prefix=settings.redis_prefix,
+        # up's own Redis asks for a password, which every child gets in the URL of the shared settings
+        self.redis_password = redis_password(settings) if settings.starts_redis else None
+        self.redis_url = (f"redis://:{self.redis_password}@{LOOPBACK}:{settings.redis_port}/0"
+                          if self.redis_password else settings.redis_url)
+        self.service_settings = Settings(redis_url=self.redis_url, redis_prefix=settings.redis_prefix,
                                          port=settings.port, host=LOOPBACK)
-        self.redis_url = settings.redis_url
         self.keys = settings.keys
         self.client = _redis_client(self.redis_url)
         self.redis: Child | None = self._redis_child() if settings.starts_redis else None
@@ -300,6 +317,10 @@ class Supervisor:
 
     def run(self) -> int:
         """Everything until a signal (0), a usage problem (2) or a child up gave up on (1)."""
+        # what up and its children write (data, checkpoint, logs, the password) is the owner's alone
+        os.umask(0o077)
+        self.settings.var.mkdir(parents=True, exist_ok=True)
+        self.settings.var.chmod(0o700)
         self.settings.logs.mkdir(parents=True, exist_ok=True)
         lock = open(self.settings.var / "up.lock", "a+")
         try:
@@ -322,7 +343,7 @@ class Supervisor:
                 return 2
             if self.redis is not None:
                 self.settings.redis_data.mkdir(parents=True, exist_ok=True)
-                (self.settings.redis_data / "redis.conf").write_text(redis_config(self.settings))
+                (self.settings.redis_data / "redis.conf").write_text(redis_config(self.settings, self.redis_password))
             self.say(f"penumbra up: home {self.settings.home.absolute()}, logs in {self.settings.logs}")
             code = self._supervise()
             if self.stop_signal:

@@ -184,7 +184,9 @@ class UpRun:
             pytest.skip(f"needs the step(s) before: {', '.join(missing)}")
 
     def redis(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.redis_port, socket_timeout=10)
+        """A client of the run's Redis, with the password up made for it."""
+        password = (self.home / "var" / "redis" / "password").read_text().strip()
+        return redis.Redis(host="127.0.0.1", port=self.redis_port, password=password, socket_timeout=10)
 
 
 def up_environment(home: Path, **settings: str) -> tuple[int, int, dict[str, str]]:

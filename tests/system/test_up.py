@@ -438,6 +438,43 @@ def test_the_children_do_not_outlive_a_killed_up(tmp_path, redis_server, start_u
     assert [pid for pid in children if alive(pid)] == []
 
 
+def test_ups_own_redis_asks_for_a_password_and_its_files_are_the_owners_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("PENUMBRA_REDIS_URL", raising=False)
+    home = tmp_path / "home"
+    up = Supervisor(UpSettings(home=home, port=free_port(), redis_port=free_port()), out=io.StringIO())
+    probe = ("import os, pathlib, redis; client = redis.Redis.from_url(os.environ['PENUMBRA_REDIS_URL']); "
+             "client.set('pn:probe', 1); pathlib.Path('ready').touch(); import time; time.sleep(60)")
+    child = stand_in("probe", probe, tmp_path, ready="ready")
+    child.env = up._env()  # what up gives every child it starts
+    up.children = [up.redis, child]
+    seen = {}
+
+    def look() -> None:
+        password = (home / "var" / "redis" / "password").read_text()
+        anonymous = redis.Redis(host="127.0.0.1", port=up.settings.redis_port, socket_timeout=5)
+        try:
+            anonymous.get("pn:probe")
+        except redis.AuthenticationError as error:
+            seen["anonymous"] = str(error)
+        finally:
+            anonymous.close()
+        with redis.Redis(host="127.0.0.1", port=up.settings.redis_port, password=password) as client:
+            seen["probe"] = client.get("pn:probe")
+        seen["modes"] = {path.relative_to(home).as_posix(): path.stat().st_mode & 0o777
+                         for path in [home / "var", *(home / "var").rglob("*")]}
+        up.stopping = True
+
+    up.on_ready.append(look)
+    assert up.run() == 0
+    assert "authenticated" in seen["anonymous"] or "NOAUTH" in seen["anonymous"], seen
+    assert seen["probe"] == b"1"  # the child reached it through the URL up gave it
+    directories = {p: m for p, m in seen["modes"].items() if (home / p).is_dir()}
+    files = {p: m for p, m in seen["modes"].items() if (home / p).is_file()}
+    assert directories and all(mode & 0o077 == 0 for mode in directories.values()), directories
+    assert {"var/redis/password", "var/redis/redis.conf", "var/up.lock"} <= set(files), files
+    assert all(mode & 0o077 == 0 for mode in files.values()), files
+
+
 def test_a_port_in_use_is_named_with_its_setting(tmp_path, redis_server):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -51,7 +51,11 @@ def test_up_starts_its_own_redis_when_none_is_named(environment, tmp_path):
     settings = UpSettings(home=tmp_path, redis_port=6391)
     assert settings.starts_redis and settings.redis_url == "redis://127.0.0.1:6391/0"
     up = Supervisor(settings)
-    assert up.redis is not None and up._env()["PENUMBRA_REDIS_URL"] == "redis://127.0.0.1:6391/0"
+    # up's own Redis asks for a password, made once and kept for the owner alone; the children get it
+    password = (tmp_path / "var" / "redis" / "password").read_text()
+    assert len(password) >= 40 and (tmp_path / "var" / "redis" / "password").stat().st_mode & 0o777 == 0o600
+    assert up.redis is not None and up._env()["PENUMBRA_REDIS_URL"] == f"redis://:{password}@127.0.0.1:6391/0"
+    assert Supervisor(settings).redis_password == password
     up.client.close()
     named = UpSettings(home=tmp_path, redis_url="redis://127.0.0.1:7000/1")
     assert not named.starts_redis and named.redis_url == "redis://127.0.0.1:7000/1"
