@@ -37,3 +37,8 @@ class Settings(SharedSettings):
     ws_poll: float = Field(1.0, gt=0, description=(
         "seconds between reads of the result streams when no pn:live message wakes the live feed"))
     ws_auth_timeout: float = Field(10.0, gt=0, description="seconds a websocket may take to send its token")
+    ws_max_message_bytes: int = Field(64 * 1024, ge=1024, description=(
+        "largest websocket message a client may send (a token, a subscription); larger closes with 1009"))
+    ws_max_unauthenticated: int = Field(256, ge=1, description=(
+        "websockets of this process still waiting for their token; more are closed at once with 1013"))
+    max_connections: int = Field(4096, ge=16, description="open connections of this process; beyond, 503")

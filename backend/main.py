@@ -27,7 +27,7 @@ from .operations import Operations, reject_unknown_query
 from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
 from .web import HtmlPolicy, mount_frontend
 
-__all__ = ["ROUTERS", "api_app", "create_app", "server_options"]
+__all__ = ["ROUTERS", "create_app", "server_options"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -95,13 +95,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def server_options(settings: Settings) -> dict:
-    """uvicorn's options for this service: where it listens, and per-message deflate on the
-    websocket only when ``PENUMBRA_WS_COMPRESSION`` asks for it (uvicorn's default is on)."""
-    return {"host": settings.host, "port": settings.port, "ws_per_message_deflate": settings.ws_compression}
-
-
-def api_app() -> FastAPI:
-    """The API as ``penumbra up`` serves it (``uvicorn backend.main:api_app --factory``):
-    settings from the environment, log lines with their time."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return create_app(Settings())
+    """uvicorn's options for this service: where it listens; per-message deflate on the
+    websocket only when ``PENUMBRA_WS_COMPRESSION`` asks for it (uvicorn's default is on);
+    the largest websocket message a client may send (a token, a subscription: uvicorn's
+    default, 16 MiB, let 40 sockets take 1.5 GB before authenticating); at most
+    ``max_connections`` at once (beyond, 503); no access log of uvicorn's own (the app
+    logs each request as JSON); ten seconds for requests under way at a stop."""
+    return {"host": settings.host, "port": settings.port, "ws_per_message_deflate": settings.ws_compression,
+            "ws_max_size": settings.ws_max_message_bytes, "limit_concurrency": settings.max_connections,
+            "access_log": False, "timeout_graceful_shutdown": 10}

@@ -53,6 +53,8 @@ class Hub:
         self.keys = service.keys
         self.redis: aioredis.Redis | None = None
         self.clients: set[Client] = set()
+        #: sockets accepted that have not authenticated yet (at most ``ws_max_unauthenticated``)
+        self.waiting = 0
         #: stream -> the feeds reading it (live or catching up)
         self.feeds: dict[str, set[Feed]] = defaultdict(set)
         #: stream -> the id up to which the reader has handed entries out (streams some feed reads)

@@ -136,7 +136,11 @@ async def live_feed(websocket: WebSocket) -> None:
     """Matches, alarms, partitions, buffers and metrics as they are written, with resume."""
     hub: Hub = websocket.app.state.live
     await websocket.accept()
+    if hub.waiting >= hub.settings.ws_max_unauthenticated:
+        await websocket.close(CLOSE_UNAVAILABLE, "too many connections wait to authenticate; try again later")
+        return
     token = _bearer(websocket.headers.get("authorization"))
+    hub.waiting += 1
     try:
         if token is None:
             token = await _token_message(websocket, hub.settings.ws_auth_timeout)
@@ -149,6 +153,8 @@ async def live_feed(websocket: WebSocket) -> None:
     except ApiError as error:  # too many failed authentications from this address
         await websocket.close(CLOSE_THROTTLED, f"{error.message}; try again in {error.details['retry_after']} s")
         return
+    finally:
+        hub.waiting -= 1
     if principal is None:
         await websocket.close(CLOSE_UNAUTHORIZED, "invalid or revoked token")
         return

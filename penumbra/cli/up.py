@@ -247,9 +247,7 @@ class Supervisor:
                      stop_seconds=self.settings.up_stop_timeout)
 
     def _api_child(self) -> Child:
-        argv = [sys.executable, "-m", "uvicorn", "backend.main:api_app", "--factory", "--host", LOOPBACK,
-                "--port", str(self.settings.port), "--ws-per-message-deflate", "false", "--no-access-log",
-                "--timeout-graceful-shutdown", "10", "--log-level", "info"]
+        argv = [sys.executable, "-m", "backend"]  # its settings, PENUMBRA_HOST and _PORT among them, from _env()
         return Child("api", f"the API on {self.settings.api_url}", argv, self.settings.logs / "api.log", self._env(),
                      self.settings.var, probe=self._api_answers, waiting_for="the API to answer /api/health",
                      stop_seconds=API_STOP_SECONDS)
