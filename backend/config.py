@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
+from contract.registry import MAX_QUERIES, MAX_STREAMS
 from contract.settings import SharedSettings
 
 __all__ = ["Settings"]
@@ -42,3 +43,8 @@ class Settings(SharedSettings):
     ws_max_unauthenticated: int = Field(256, ge=1, description=(
         "websockets of this process still waiting for their token; more are closed at once with 1013"))
     max_connections: int = Field(4096, ge=16, description="open connections of this process; beyond, 503")
+    max_queries: int = Field(MAX_QUERIES, ge=1, description="queries the registry holds at most; beyond, 409")
+    max_streams: int = Field(MAX_STREAMS, ge=1, description="streams the registry holds at most; beyond, 409")
+    write_rate_limit: int = Field(60, ge=1, description=(
+        "changes (POST, PUT, PATCH, DELETE but events and validation) per token per write window; more answers 429"))
+    write_rate_window: int = Field(10, ge=1, description="length of the write rate window, seconds")

@@ -40,16 +40,20 @@ class Service:
     tokens: TokenStore = field(init=False)
     ingest_limiter: RateLimiter = field(init=False)
     auth_failures: FailedAuthentications = field(init=False)
+    write_limiter: RateLimiter = field(init=False)
     bootstrapped: bool = False
     #: the admin token generated at the first start (None when given or already there)
     generated_admin_token: str | None = None
     _streams: tuple[int, Streams] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        self.registry = Registry(self.redis, self.keys)
+        self.registry = Registry(self.redis, self.keys, max_queries=self.settings.max_queries,
+                                 max_streams=self.settings.max_streams)
         self.tokens = TokenStore(self.redis, self.keys)
         self.ingest_limiter = RateLimiter(self.redis, self.keys, self.settings.ingest_rate_limit,
                                           self.settings.ingest_rate_window)
+        self.write_limiter = RateLimiter(self.redis, self.keys, self.settings.write_rate_limit,
+                                         self.settings.write_rate_window, what="write")
         self.auth_failures = FailedAuthentications(self.redis, self.keys, self.settings.auth_failure_limit,
                                                    self.settings.auth_failure_window)
 

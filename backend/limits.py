@@ -8,14 +8,16 @@ import time
 
 import orjson
 import redis
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.keys import Keys
 
-from .errors import ApiError
+from .errors import ApiError, error_response
+from .security import token_id
 
-__all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter"]
+__all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter", "WriteRateLimit"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -90,21 +92,55 @@ class RateLimiter:
     Redis (so every worker of the service shares the count); past it, 429 with
     ``Retry-After`` = the seconds until the window ends."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, limit: int, window: int):
-        self.redis, self.keys, self.limit, self.window = client, keys, limit, window
+    def __init__(self, client: redis.Redis, keys: Keys, limit: int, window: int, what: str = "ingest"):
+        self.redis, self.keys, self.limit, self.window, self.what = client, keys, limit, window, what
 
     def hit(self, who: str) -> None:
         now = time.time()
         slot = int(now // self.window)
-        key = self.keys.rate(who, slot)
+        key = self.keys.rate(f"{self.what}:{who}", slot)
         pipe = self.redis.pipeline(transaction=False)
         pipe.incr(key)
         pipe.expire(key, self.window + 1)
         count, _ = pipe.execute()
         if count > self.limit:
             retry = max(1, math.ceil((slot + 1) * self.window - now))
-            raise ApiError(429, f"ingest rate limit: at most {self.limit} requests per {self.window} s per token",
+            raise ApiError(429, f"{self.what} rate limit: at most {self.limit} requests per {self.window} s per token",
                            headers={"Retry-After": str(retry)}, retry_after=retry)
+
+
+class WriteRateLimit:
+    """Every change (``POST``, ``PUT``, ``PATCH``, ``DELETE`` under ``/api/``, but events,
+    which have their own limit, and validation, which changes nothing) counts against its
+    token's write limit (the service's ``write_limiter``): past it, 429 with ``Retry-After``
+    before the route runs. A request without a token counts against its address (the route
+    then answers 401)."""
+
+    EXEMPT = frozenset({"/api/events", "/api/validate"})
+    METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] not in self.METHODS or not scope["path"].startswith("/api/")
+                or scope["path"] in self.EXEMPT):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        client = scope.get("client")
+        who = (token_id(token.strip()) if scheme.lower() == "bearer" and token.strip()
+               else f"address-{client[0] if client else 'unknown'}")
+        try:
+            await run_in_threadpool(scope["app"].state.service.write_limiter.hit, who)
+        except ApiError as error:
+            response = error_response(error.status, error.message, error.headers, **error.details)
+            await response(scope, receive, send)
+            return
+        except redis.RedisError:
+            pass  # the route itself answers 503 while Redis is away
+        await self.app(scope, receive, send)
 
 
 class FailedAuthentications:

@@ -20,7 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from .config import Settings
 from .deps import Service
 from .errors import install_error_handlers
-from .limits import AccessLog, BodySizeLimit
+from .limits import AccessLog, BodySizeLimit, WriteRateLimit
 from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(WriteRateLimit)
     app.add_middleware(HtmlPolicy)
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.add_middleware(AccessLog)

@@ -50,6 +50,10 @@ class Keys:
         return f"{self.prefix}:registry:{version}"
 
     @property
+    def registry_released(self) -> str:
+        return f"{self.prefix}:registry:released"
+
+    @property
     def audit(self) -> str:
         return f"{self.prefix}:audit"
 

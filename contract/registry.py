@@ -23,8 +23,8 @@ from penumbra.query import parse
 from .entries import audit_entry
 from .keys import Keys
 
-__all__ = ["ERROR_CHARS", "TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry", "RegistryError", "check_entry",
-           "validated_query"]
+__all__ = ["ERROR_CHARS", "MAX_QUERIES", "MAX_STREAMS", "TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry",
+           "RegistryError", "RegistryFull", "check_entry", "validated_query"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
 #: version it was planned with).
@@ -33,10 +33,19 @@ VERSION_RETENTION_SECONDS = 7 * 24 * 3600
 TOMBSTONE_SECONDS = 24 * 3600
 #: Audit entries kept (MAXLEN ~).
 AUDIT_MAXLEN = 100_000
+#: Versions deleted per command when the job releases them.
+RELEASE_CHUNK = 500
+#: Queries and streams a registry holds at most (every change stores a copy of it all).
+MAX_QUERIES = 1000
+MAX_STREAMS = 1000
 
 
 class RegistryError(PenumbraError):
     """A registry change that cannot be made (unknown query, name taken, ...)."""
+
+
+class RegistryFull(RegistryError):
+    """A change past the registry's limit on queries or streams."""
 
 
 #: Characters of a run-time error kept with a quarantined query.
@@ -60,9 +69,11 @@ class Registry:
     built against the registered streams; stream parameters by the core's decoder.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys = Keys()):
+    def __init__(self, client: redis.Redis, keys: Keys = Keys(), *, max_queries: int = MAX_QUERIES,
+                 max_streams: int = MAX_STREAMS):
         self.redis = client
         self.keys = keys
+        self.max_queries, self.max_streams = max_queries, max_streams
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -80,6 +91,20 @@ class Registry:
 
     def current(self) -> dict:
         return self.at(self.version())
+
+    def release(self, version: int) -> int:
+        """No micro-batch will read a version before ``version`` again (the job's batches up
+        to one planned at ``version`` are committed): those copies go now, not after
+        :data:`VERSION_RETENTION_SECONDS`. How many were deleted."""
+        released = int(self.redis.get(self.keys.registry_released) or 1)
+        if version <= released:
+            return 0
+        gone = 0
+        for start in range(released, version, RELEASE_CHUNK):
+            stale = [self.keys.registry_at(v) for v in range(start, min(start + RELEASE_CHUNK, version))]
+            gone += self.redis.delete(*stale)
+        self.redis.set(self.keys.registry_released, version)
+        return gone
 
     def query(self, query_id: str) -> dict | None:
         return _loads(self.redis.hget(self.keys.queries, query_id))
@@ -106,6 +131,8 @@ class Registry:
         def change(registry: dict) -> dict:
             if query_id in registry["queries"]:
                 raise RegistryError(f"query {query_id!r} is already registered")
+            if len(registry["queries"]) >= self.max_queries:
+                raise RegistryFull(f"at most {self.max_queries} queries are registered: remove one first")
             entry = {"id": query_id, "text": text, "kind": parsed.kind, "name": name or query_id,
                      "threshold": threshold if threshold is not None else parsed.threshold,
                      "paused": bool(paused), "created": time.time()}
@@ -167,6 +194,8 @@ class Registry:
 
         def change(registry: dict) -> dict:
             merged = {**registry["streams"], **params}
+            if len(merged) > max(self.max_streams, len(registry["streams"])):
+                raise RegistryFull(f"at most {self.max_streams} streams are registered")
             parse_streams(merged)
             registry["streams"] = merged
             return dict(params)

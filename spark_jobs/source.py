@@ -32,6 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from contract.keys import DEFAULT_PREFIX, Keys
+from contract.registry import Registry
 from penumbra.events import collector_paused
 
 from .routing import ROUTED, Router, settle_heap
@@ -220,9 +221,13 @@ class IngestReader(DataSourceStreamReader):
             client.close()
 
     def commit(self, end: dict) -> None:
-        """Entries before a committed batch's end are never read again: trim them."""
+        """Entries before a committed batch's end are never read again: trim them. Nor are
+        registry versions before the one it was planned with: release them."""
+        client = _client(self.url)
         if end["id"] != "0-0":
-            _client(self.url).xtrim(self.keys.ingest, minid=end["id"], approximate=True)
+            client.xtrim(self.keys.ingest, minid=end["id"], approximate=True)
+        if end.get("registry"):
+            Registry(client, self.keys).release(end["registry"])
 
 
 class _NextPlan:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from contract.registry import RegistryError
+from contract.registry import RegistryError, RegistryFull
 
 from ..deps import AnalystDep, QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError
@@ -27,6 +27,8 @@ def register_query(body: QueryIn, who: AnalystDep, service: ServiceDep) -> dict:
     try:
         return service.registry.register(body.text, query_id=body.id, threshold=body.threshold, name=body.name,
                                          paused=body.paused, who=who.label)
+    except RegistryFull as error:
+        raise ApiError(409, str(error), limit=service.settings.max_queries) from None
     except RegistryError as error:
         raise ApiError(409, str(error), field="id") from None
 

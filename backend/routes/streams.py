@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from contract.registry import RegistryFull
 from penumbra.errors import ValidationError
 
 from ..deps import AdminDep, ServiceDep
@@ -24,12 +25,14 @@ StreamName = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-
                                  description="the stream's name", examples=["seismic"])]
 
 
-@router.put("/{name}", response_model=StreamOut, responses=errors(401, 403),
+@router.put("/{name}", response_model=StreamOut, responses=errors(401, 403, 409),
             summary="Set a stream's parameters")
 def put_stream(who: AdminDep, name: StreamName, body: StreamIn, service: ServiceDep) -> dict:
     params = body.model_dump(exclude_none=True)
     try:
         service.registry.put_streams({name: params}, who=who.label)
+    except RegistryFull as error:
+        raise ApiError(409, str(error), limit=service.settings.max_streams) from None
     except ValidationError as error:
         # the core names fields under the stream's name; the client sent them as the body
         field = error.field[len(name) + 1:] if error.field.startswith(name + ".") else error.field

@@ -30,3 +30,22 @@ def test_each_version_reads_as_of_its_change_and_only_superseded_ones_expire(red
         assert 0 < client.ttl(keys.registry_at(old)) <= VERSION_RETENTION_SECONDS
     client.delete(*client.keys("pn-store-test:*"))
     client.close()
+
+
+def test_versions_no_batch_can_read_again_are_released(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("pn-release-test")
+    registry = Registry(client, keys)
+    registry.put_streams(STREAMS)
+    for threshold in (0.5, 0.6, 0.7, 0.8):
+        registry.register(JOIN, query_id=f"q{threshold}", threshold=threshold)
+    current = registry.version()
+    assert current == 5 and all(client.exists(keys.registry_at(v)) for v in range(1, 6))
+    # the job committed a batch planned at version 3: versions 1 and 2 go, 3 and later stay
+    assert registry.release(3) == 2
+    assert [bool(client.exists(keys.registry_at(v))) for v in range(1, 6)] == [False, False, True, True, True]
+    assert registry.at(3)["version"] == 3 and registry.current()["version"] == 5
+    assert registry.release(2) == 0 and registry.release(3) == 0  # never back, never twice
+    assert registry.release(5) == 2 and registry.current()["version"] == 5
+    client.delete(*client.keys("pn-release-test:*"))
+    client.close()

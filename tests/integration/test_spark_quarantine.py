@@ -38,6 +38,7 @@ def test_failing_queries_are_quarantined_while_the_others_go_on(pipeline):
     prefix = "qz"
     streams = rename(STREAMS, prefix)
     pipeline.registry.put_streams(streams)
+    early = pipeline.registry.version()
     good, broken, marked = pipeline.query_id(), pipeline.query_id(), pipeline.query_id()
     text = JOIN.format(p=prefix)
     pipeline.registry.register(text, query_id=good)
@@ -71,6 +72,9 @@ def test_failing_queries_are_quarantined_while_the_others_go_on(pipeline):
     pipeline.sync()
     assert pipeline.job.alive, pipeline.job.tail(20)
     assert_equal(pipeline.matches(good), local_matches(text, streams, [first + later + last]), "the good query")
+    # the registry keeps no version that no batch can read again (the job released them)
+    assert not pipeline.client.exists(pipeline.keys.registry_at(early))
+    assert pipeline.client.exists(pipeline.keys.registry_at(pipeline.registry.version()))
     audit = [f for _, f in pipeline.client.xrange(pipeline.keys.audit) if f[b"action"] == b"quarantine"]
     assert {f[b"subject"].decode() for f in audit} >= {broken, marked}
     for query_id in (good, marked):

@@ -22,10 +22,11 @@ from penumbra.cli.processes import ApiServer, RedisServer
 ADMIN_TOKEN = "pn_test-admin-" + "x" * 32
 ROLES = ("viewer", "analyst", "admin")
 #: The settings of the session's app (besides its Redis). Every test client comes from one
-#: address, so the failed-authentication throttle is set out of the way (test_tokens.py
-#: checks it on an app of its own).
+#: address with a few tokens, so the failed-authentication throttle and the write limit
+#: are set out of the way (test_tokens.py and test_queries.py check them on apps of their own).
 SETTINGS = {"admin_token": ADMIN_TOKEN, "redis_timeout": 1.0, "ingest_max_events": 500,
-            "max_body_bytes": 256 * 1024, "ingest_rate_limit": 10_000, "auth_failure_limit": 100_000}
+            "max_body_bytes": 256 * 1024, "ingest_rate_limit": 10_000, "auth_failure_limit": 100_000,
+            "write_rate_limit": 100_000}
 JOIN = "SELECT * FROM {a} A, {b} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
 #: The live feed's queue per client on the session's API server: small, so a slow client overflows it quickly.
 LIVE_QUEUE = 40
@@ -46,7 +47,7 @@ def api_server(redis_server, tokens, tmp_path_factory):
     and websockets), stopped by its pid at the end of the session."""
     log = tmp_path_factory.mktemp("api") / "server.log"
     with ApiServer(redis_server.url, log=log, admin_token=ADMIN_TOKEN, ws_queue=LIVE_QUEUE, ws_auth_timeout=1.5,
-                   ingest_rate_limit=10_000, auth_failure_limit=100_000) as api:
+                   ingest_rate_limit=10_000, auth_failure_limit=100_000, write_rate_limit=100_000) as api:
         yield api
 
 

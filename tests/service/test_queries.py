@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import httpx
 import pytest
+import redis
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
+from backend import Settings, create_app
 from contract.registry import validated_query
 from penumbra.events import parse_streams
 from penumbra.query import QueryError, parse
 from tests.strategies import QUERY_STREAMS, queries
 
-from .conftest import JOIN, unique
+from .conftest import ADMIN_TOKEN, JOIN, unique
 
 BAD_QUERIES = [
     "SELECT * FROM\nA X WHERE",
@@ -169,3 +173,47 @@ def test_the_probed_poison_queries_answer_422_on_a_kept_connection(api_server, t
             assert found["line"] == 1 and found["column"] >= 1 and len(answer.content) < 2000
         assert http.get("/api/health").status_code == 200
         assert answer.headers.get("connection") != "close"
+
+
+def test_the_registry_holds_at_most_its_limit_of_queries_and_streams(redis_server):
+    settings = Settings(redis_url=redis_server.url, redis_prefix=f"pn-full-{uuid.uuid4().hex[:8]}",
+                        admin_token=ADMIN_TOKEN, max_queries=2, max_streams=2)
+    with TestClient(create_app(settings)) as client:
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        for name in ("fa", "fb"):
+            assert client.put(f"/api/streams/{name}", json={"max_delay": 1}, headers=admin).status_code == 200
+        third = client.put("/api/streams/fc", json={"max_delay": 1}, headers=admin)
+        assert third.status_code == 409 and "at most 2 streams" in third.json()["error"]["message"]
+        assert client.put("/api/streams/fa", json={"max_delay": 2}, headers=admin).status_code == 200  # a change
+        text = "SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 1 WITH THRESHOLD 0.5"
+        assert [client.post("/api/queries", json={"text": text}, headers=admin).status_code for _ in range(3)] == \
+            [201, 201, 409]
+    clean(redis_server, settings.redis_prefix)
+
+
+def test_every_change_counts_against_its_tokens_write_limit(redis_server):
+    settings = Settings(redis_url=redis_server.url, redis_prefix=f"pn-writes-{uuid.uuid4().hex[:8]}",
+                        admin_token=ADMIN_TOKEN, write_rate_limit=3, write_rate_window=60)
+    with TestClient(create_app(settings)) as client:
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert client.put("/api/streams/wa", json={"max_delay": 1}, headers=admin).status_code == 200
+        text = "SELECT * FROM wa A, wa B WHERE WINDOW(A, B) = 1 WITH THRESHOLD 0.5"
+        created = client.post("/api/queries", json={"text": text, "id": "w1"}, headers=admin)
+        assert created.status_code == 201
+        assert client.patch("/api/queries/w1", json={"threshold": 0.6}, headers=admin).status_code == 200
+        refused = client.delete("/api/queries/w1", headers=admin)
+        assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert "write rate limit" in refused.json()["error"]["message"]
+        # reading and validating are no changes; another token has its own count
+        assert client.get("/api/queries/w1", headers=admin).status_code == 200
+        assert client.post("/api/validate", json={"text": text}, headers=admin).json()["valid"] is True
+        assert client.get("/api/queries/w1", headers=admin).json()["threshold"] == 0.6
+    clean(redis_server, settings.redis_prefix)
+
+
+def clean(redis_server, prefix: str) -> None:
+    store = redis.Redis.from_url(redis_server.url)
+    found = store.keys(f"{prefix}:*")
+    if found:
+        store.delete(*found)
+    store.close()

@@ -32,7 +32,8 @@ if not CHROMIUM.exists():
 def base_url(redis_server, tmp_path_factory):  # noqa: F811
     """http:// URL of the service (API, websocket and dashboard) over the session's Redis."""
     server = ApiServer(redis_server.url, log=tmp_path_factory.mktemp("web") / "server.log", admin_token=ADMIN_TOKEN,
-                       ws_poll=0.5, auth_failure_limit=100_000)
+                       ws_poll=0.5, auth_failure_limit=100_000,
+                       write_rate_limit=100_000)
     try:
         yield server.start(timeout=60).url
     finally:
