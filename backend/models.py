@@ -353,6 +353,9 @@ class HealthOut(BaseModel):
     lag_entries: int | None = Field(description="ingest entries not yet processed (last progress report)")
     lag_seconds: float | None
     ingest_length: int | None = Field(description="entries in the ingest stream")
+    redis_memory: float | None = Field(None, description=(
+        "Redis's memory in use as a share of its maxmemory (null: no limit set); Redis refuses writes at 1"))
+    memory_warning: bool = Field(False, description="Redis is past 80 % of its maxmemory: make room before it refuses")
     failed_queries: int | None = Field(None, description=(
         "queries the job quarantined: it skips them while the others go on (GET /api/queries names them)"))
 

@@ -20,6 +20,8 @@ from ..models import HealthOut
 
 router = APIRouter(tags=["health"])
 
+#: Share of Redis's maxmemory past which health warns (Redis refuses writes at the limit).
+MEMORY_WARNING = 0.8
 #: The job refreshes its heartbeat every second; older than this, it counts as gone.
 HEARTBEAT_STALE_SECONDS = 10.0
 
@@ -58,13 +60,17 @@ def health(service: ServiceDep):
         pipe.xrevrange(keys.metrics, count=1)
         pipe.xlen(keys.ingest)
         pipe.hvals(keys.queries)
-        beat, latest, length, queries = pipe.execute()
+        pipe.info("memory")
+        beat, latest, length, queries, memory = pipe.execute()
     except (redis.ConnectionError, redis.TimeoutError):
         down = {"status": "down", "redis": False, "redis_ms": None, "job": None, "lag_entries": None,
-                "lag_seconds": None, "ingest_length": None, "failed_queries": None}
+                "lag_seconds": None, "ingest_length": None, "failed_queries": None, "redis_memory": None, "memory_warning": False}
         return JSONResponse(down, status_code=503, headers={"Retry-After": "2"})
     job = _job(beat, time.time())
+    limit = int(memory.get("maxmemory") or 0)
+    share = round(int(memory.get("used_memory", 0)) / limit, 4) if limit else None
     progress = read_metrics(latest[0][1]) if latest else {}
     return {"status": "ok" if job and job["alive"] else "degraded", "redis": True, "redis_ms": redis_ms,
             "job": job, "lag_entries": progress.get("lag_entries"), "lag_seconds": progress.get("lag_seconds"),
-            "ingest_length": length, "failed_queries": sum(1 for raw in queries if json.loads(raw).get("failed"))}
+            "ingest_length": length, "failed_queries": sum(1 for raw in queries if json.loads(raw).get("failed")),
+            "redis_memory": share, "memory_warning": share is not None and share > MEMORY_WARNING}

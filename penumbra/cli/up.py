@@ -86,6 +86,8 @@ class UpSettings(SharedSettings):
                                    description="seconds the job has to finish its micro-batch and stop before SIGKILL")
     up_restarts: int = Field(5, ge=1, description="failures of one child in a row before up gives up")
     demo_rate: float = Field(20.0, gt=0, le=10_000, description="events per second of each demo scenario (--demo)")
+    redis_max_memory_mb: int = Field(4096, ge=64, description=(
+        "memory of up's own Redis (maxmemory): past it, writes are refused (noeviction), nothing is dropped"))
     _starts_redis: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
@@ -149,6 +151,7 @@ def redis_config(settings: UpSettings, password: str) -> str:
         "# Penumbra's Redis: written by `penumbra up` at each start (PENUMBRA_REDIS_PORT, PENUMBRA_HOME)",
         f"bind {LOOPBACK}", "protected-mode yes", f"port {settings.redis_port}", f"requirepass {password}",
         f"dir {quoted(settings.redis_data)}", f"logfile {quoted(settings.logs / 'redis.log')}",
+        f"maxmemory {settings.redis_max_memory_mb}mb", "maxmemory-policy noeviction",
         "daemonize no", "appendonly yes", "appendfsync everysec", "save 3600 1 300 100 60 10000", ""])
 
 

@@ -35,3 +35,19 @@ def test_health_reads_the_heartbeat_and_metrics():
             store.hset(keys.heartbeat, "at", now - 60)
             assert client.get("/api/health").json()["status"] == "degraded"
         store.close()
+
+
+def test_health_warns_before_redis_reaches_its_memory_limit():
+    with RedisServer() as server:
+        store = redis.Redis.from_url(server.url)
+        with TestClient(create_app(Settings(redis_url=server.url, admin_token="t" * 20))) as client:
+            assert (client.get("/api/health").json()["redis_memory"], store.config_get("maxmemory")) == \
+                (None, {"maxmemory": "0"})  # no limit, no share
+            used = int(store.info("memory")["used_memory"])
+            store.config_set("maxmemory", str(int(used * 4)))
+            calm = client.get("/api/health").json()
+            assert 0.15 < calm["redis_memory"] < 0.4 and calm["memory_warning"] is False
+            store.config_set("maxmemory", str(int(used * 1.1)))
+            close = client.get("/api/health").json()
+            assert 0.8 < close["redis_memory"] < 1.0 and close["memory_warning"] is True
+        store.close()

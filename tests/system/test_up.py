@@ -460,6 +460,7 @@ def test_ups_own_redis_asks_for_a_password_and_its_files_are_the_owners_alone(tm
             anonymous.close()
         with redis.Redis(host="127.0.0.1", port=up.settings.redis_port, password=password) as client:
             seen["probe"] = client.get("pn:probe")
+            seen["memory"] = client.config_get("maxmemory*")
         seen["modes"] = {path.relative_to(home).as_posix(): path.stat().st_mode & 0o777
                          for path in [home / "var", *(home / "var").rglob("*")]}
         up.stopping = True
@@ -468,6 +469,8 @@ def test_ups_own_redis_asks_for_a_password_and_its_files_are_the_owners_alone(tm
     assert up.run() == 0
     assert "authenticated" in seen["anonymous"] or "NOAUTH" in seen["anonymous"], seen
     assert seen["probe"] == b"1"  # the child reached it through the URL up gave it
+    # a memory limit, past which Redis refuses writes rather than drop data
+    assert seen["memory"]["maxmemory-policy"] == "noeviction" and int(seen["memory"]["maxmemory"]) == 4096 << 20
     directories = {p: m for p, m in seen["modes"].items() if (home / p).is_dir()}
     files = {p: m for p, m in seen["modes"].items() if (home / p).is_file()}
     assert directories and all(mode & 0o077 == 0 for mode in directories.values()), directories

@@ -18,6 +18,9 @@ export function verdict(health, latest) {
   const lag = health.lag_seconds ?? latest?.lag_seconds ?? 0;
   const batch = (latest?.duration_ms ?? 0) / 1000;
   if (lag > Math.max(10, 3 * batch)) return [`Falling behind: ${duration(lag)} of events wait`, "meh"];
+  if (health.memory_warning) {
+    return [`Redis holds ${Math.round(100 * health.redis_memory)} % of its memory: make room before it refuses writes`, "meh"];
+  }
   if (health.failed_queries) {
     return [`${health.failed_queries} failed ${health.failed_queries === 1 ? "query is" : "queries are"} skipped; the others keep up`, "meh"];
   }
@@ -76,6 +79,8 @@ export default {
         ["Ingest stream", `${count(health?.ingest_length)} entries`, ""],
         ["Input rate", latest ? `${count(latest.input_rate)} events/s` : "—", ""],
         ["Failed queries", failedNames() || "none", health?.failed_queries ? "bad" : ""],
+        ["Redis memory", health?.redis_memory !== null && health?.redis_memory !== undefined
+          ? `${Math.round(100 * health.redis_memory)} % of its limit` : "no limit", health?.memory_warning ? "bad" : ""],
       ];
       $("#stats").innerHTML = tiles.map(([k, v, c]) => `<div class="card stat"><div class="k">${k}</div><div class="v ${c}">${esc(v)}</div></div>`).join("");
     }
