@@ -26,6 +26,8 @@ log = logging.getLogger("penumbra.api")
 
 #: Seconds a client is asked to wait before trying again while Redis is unavailable.
 REDIS_RETRY_AFTER = 2
+#: ... and while Redis refuses writes at its memory limit.
+REDIS_FULL_RETRY_AFTER = 30
 
 
 class ApiError(Exception):
@@ -104,6 +106,14 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("redis unavailable: %s", error)
         return error_response(503, "Redis is unavailable; try again shortly",
                               {"Retry-After": str(REDIS_RETRY_AFTER)})
+
+    @app.exception_handler(redis.OutOfMemoryError)
+    @app.exception_handler(redis.exceptions.ExecAbortError)
+    async def redis_full(request: Request, error: Exception) -> JSONResponse:
+        # a transaction refused whole (OOM under maxmemory with noeviction): nothing was written
+        log.warning("redis refused a write: %s", error)
+        return error_response(503, "Redis is at its memory limit: nothing was written; try again once room is made",
+                              {"Retry-After": str(REDIS_FULL_RETRY_AFTER)})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:

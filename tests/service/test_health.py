@@ -50,4 +50,11 @@ def test_health_warns_before_redis_reaches_its_memory_limit():
             store.config_set("maxmemory", str(int(used * 1.1)))
             close = client.get("/api/health").json()
             assert 0.8 < close["redis_memory"] < 1.0 and close["memory_warning"] is True
+            # at the limit Redis refuses writes, and the answer says so: 503, nothing half written
+            store.config_set("maxmemory-policy", "noeviction")
+            store.config_set("maxmemory", str(used // 2))
+            event = {"stream": "m", "id": "e1", "ts": {"lo": 1, "hi": 2}}
+            refused = client.post("/api/events", json=[event], headers={"Authorization": "Bearer " + "t" * 20})
+            assert refused.status_code == 503 and "memory limit" in refused.json()["error"]["message"]
+            assert refused.headers["Retry-After"] == "30" and store.xlen(Keys().ingest) == 0
         store.close()
