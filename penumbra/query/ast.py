@@ -26,7 +26,7 @@ from .errors import QueryError
 __all__ = [
     "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
     "LARGEST_INTEGER", "MAX_DEPTH", "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate",
-    "unevaluable", "variables_of",
+    "check_evaluable", "unevaluable", "variables_of",
 ]
 
 
@@ -234,8 +234,7 @@ def _children(expr: Expr) -> tuple[Expr, ...]:
 
 def unevaluable(expr: Expr) -> Expr | None:
     """The first node of ``expr``, in reading order, that :func:`evaluate` cannot evaluate
-    (a bare variable, a call, a duration), or None: what a query form checks before it
-    accepts a condition, so that no accepted query fails when its events come."""
+    (a bare variable, a call, a duration), or None."""
     stack = [expr]
     while stack:
         node = stack.pop()
@@ -243,6 +242,19 @@ def unevaluable(expr: Expr) -> Expr | None:
             return node
         stack.extend(reversed(_children(node)))
     return None
+
+
+def check_evaluable(expr: Expr, functions: str = "") -> None:
+    """A :class:`QueryError` at the first node of a condition that :func:`evaluate` cannot
+    evaluate: what every query form checks before it accepts a condition, so that no
+    accepted query fails when its events come. ``functions`` says what the form's calls are."""
+    bad = unevaluable(expr)
+    if isinstance(bad, Var):
+        raise QueryError.at(bad, f"a bare variable {bad.name!r} alone is not a value; write {bad.name}.attribute")
+    if isinstance(bad, Call):
+        raise QueryError.at(bad, f"unknown function {bad.name!r}{functions}")
+    if bad is not None:
+        raise QueryError.at(bad, "a duration is not a value in a condition")
 
 
 def attrs_of(expr: Expr) -> list[Attr]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import Attr, Call, Compare, Const, Duration, Expr, ExprBuilder, Var, conjuncts, unevaluable, variables_of
+from .ast import Attr, Call, Compare, Const, Expr, ExprBuilder, Var, check_evaluable, conjuncts, variables_of
 from .errors import QueryError
 
 __all__ = ["JOIN_STRATEGIES", "JoinQuery", "JoinBuilder", "Source"]
@@ -62,18 +62,6 @@ def _window(expr: Compare, left: str, right: str) -> float:
     return float(value)
 
 
-def _check_evaluable(term: Expr, left: str, right: str) -> None:
-    """A condition the join evaluates on its events has nothing it cannot evaluate."""
-    bad = unevaluable(term)
-    if isinstance(bad, Var):
-        raise QueryError.at(bad, f"a bare variable {bad.name!r} is not a value; write {bad.name}.attribute")
-    if isinstance(bad, Call):
-        raise QueryError.at(bad, f"unknown function {bad.name!r} (a join's WHERE holds WINDOW({left}, {right}) = d, "
-                                 f"equalities {left}.x = {right}.y and conditions on one source)")
-    if isinstance(bad, Duration):
-        raise QueryError.at(bad, "a duration is not a value in a condition")
-
-
 @v_args(meta=True)
 class JoinBuilder(ExprBuilder):
     def join_source(self, meta, children):
@@ -93,7 +81,8 @@ class JoinBuilder(ExprBuilder):
                     raise QueryError.at(term, "WINDOW(...) is given twice")
                 window = _window(term, left.var, right.var)
                 continue
-            _check_evaluable(term, left.var, right.var)
+            check_evaluable(term, f" (a join's WHERE holds WINDOW({left.var}, {right.var}) = d, equalities "
+                                  f"{left.var}.x = {right.var}.y and conditions on one source)")
             used = variables_of(term)
             unknown = used - {left.var, right.var}
             if unknown:

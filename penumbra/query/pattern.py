@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import (Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, attrs_of, conjuncts, equality_classes,
-                  unevaluable, variables_of)
+from .ast import (Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, attrs_of, check_evaluable, conjuncts,
+                  equality_classes, variables_of)
 from .errors import QueryError
 
 __all__ = ["PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternBuilder", "PatternComponent", "PatternQuery"]
@@ -161,13 +161,7 @@ class PatternBuilder(ExprBuilder):
 def _check_names(term: Expr, order: dict[str, int]) -> None:
     """Every variable in ``term`` is a pattern variable, and bare variables, calls and
     durations are not conditions."""
-    bad = unevaluable(term)
-    if isinstance(bad, Var):
-        raise QueryError.at(bad, f"a bare variable {bad.name!r} is not a condition; use {bad.name}.attribute")
-    if isinstance(bad, Call):
-        raise QueryError.at(bad, f"unknown function {bad.name!r}")
-    if bad is not None:
-        raise QueryError.at(bad, "a duration is not a value in a condition")
+    check_evaluable(term)
     for attr in attrs_of(term):
         if attr.var not in order:
             raise QueryError.at(attr, f"unknown variable {attr.var!r} (the pattern's are {', '.join(order)})")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import (Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, evaluate, unevaluable,
+from .ast import (Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, check_evaluable, evaluate,
                   variables_of)
 from ..events import GAP_FAMILIES, gap_problem
 from .errors import QueryError
@@ -133,13 +133,7 @@ def disjunctive_normal_form(expr: Expr | None) -> list[list[Expr]]:
 
 
 def _check_literal(literal: Expr, components: dict[str, SequenceComponent]) -> set[str]:
-    bad = unevaluable(literal)
-    if isinstance(bad, Var):
-        raise QueryError.at(bad, f"{bad.name!r} alone is not a value; write {bad.name}.attribute")
-    if isinstance(bad, Call):
-        raise QueryError.at(bad, f"unknown function {bad.name!r} in WHERE")
-    if bad is not None:
-        raise QueryError.at(bad, "a duration is not a value in a condition")
+    check_evaluable(literal, " in WHERE")
     used = variables_of(literal)
     for attr in attrs_of(literal):
         if attr.var not in components:

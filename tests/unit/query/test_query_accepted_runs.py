@@ -72,7 +72,7 @@ def test_every_query_the_validator_accepts_runs_and_every_refusal_has_a_place(tm
     ("SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND f(A.x) = 1 WITH THRESHOLD 0.5", (1, 54),
      "unknown function 'f'"),
     ("SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND A.x = B WITH THRESHOLD 0.5", (1, 60),
-     "a bare variable 'B' is not a value"),
+     "a bare variable 'B' alone is not a value"),
     ("SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 10 AND " + "NOT " * 300 + "A.x = 1 WITH THRESHOLD 0.5", None,
      "nests too deeply"),
     ("SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = " + "9" * 300 + " WITH THRESHOLD 0.5", (1, 47),
