@@ -22,7 +22,7 @@ from penumbra.events import Streams, parse_streams
 from .config import Settings
 from .errors import ApiError
 from .limits import FailedAuthentications, RateLimiter
-from .security import Principal, Role, TokenStore
+from .security import Principal, Role, TokenStore, token_id
 
 __all__ = ["AdminDep", "AnalystDep", "QueryDep", "Service", "ServiceDep", "TokenDep", "ViewerDep"]
 
@@ -77,9 +77,13 @@ class Service:
     def authenticate(self, token: str, address: str) -> Principal | None:
         """The token's principal (None: wrong or revoked, counted against the address);
         429 first when the address failed too often."""
-        self.auth_failures.check(address)
         self.bootstrap()
-        principal = self.tokens.check(token)
+        pipe = self.redis.pipeline(transaction=False)
+        judge = self.auth_failures.check(pipe, address)
+        pipe.hget(self.tokens.key, token_id(token))
+        failures, record = pipe.execute()
+        judge(failures)  # before the token's record is looked at
+        principal = self.tokens.verify(token, record)
         if principal is None:
             self.auth_failures.failed(address)
         return principal

@@ -82,7 +82,10 @@ class TokenStore:
         return token, self.add(token, role, label)
 
     def check(self, token: str) -> Principal | None:
-        raw = self.redis.hget(self.key, token_id(token))
+        return self.verify(token, self.redis.hget(self.key, token_id(token)))
+
+    def verify(self, token: str, raw: bytes | None) -> Principal | None:
+        """The principal of ``token`` if ``raw`` (its id's record, as stored) holds its hash."""
         if raw is None:
             return None
         record = json.loads(raw)

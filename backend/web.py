@@ -86,8 +86,8 @@ class HtmlPolicy:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)  # pages are read; the API answers JSON
             return
         held: dict = {}
 

@@ -46,6 +46,32 @@ def decode_body(body: bytes):
         raise ApiError(400, str(error), field="body") from None
 
 
+def _within_declared_lengths(events: list, rejected: list, streams) -> tuple[list, list]:
+    """The events whose timestamps are no longer than their registered stream's pi; the
+    others join the rejected, at their index in the request, with the reason."""
+    declared = {name.casefold() for name, params in streams.items() if params.pi is not None}
+    if not declared:
+        return events, rejected
+    refused = {}
+    for event in events:
+        params = streams.get(event.stream) if event.stream.casefold() in declared else None
+        problem = params.too_wide(event.ts.length) if params is not None else None
+        if problem is not None:
+            refused[id(event)] = ValidationError("ts", problem)
+    if not refused:
+        return events, rejected
+    # the request's indices: parse_events keeps the valid events in order between the rejected ones
+    positions = iter(sorted(set(range(len(events) + len(rejected))) - {index for index, _ in rejected}))
+    kept = []
+    for event in events:
+        index = next(positions)
+        if id(event) in refused:
+            rejected.append((index, refused[id(event)]))
+        else:
+            kept.append(event)
+    return kept, sorted(rejected, key=lambda pair: pair[0])
+
+
 def ingest(service: Service, who: Principal, body: bytes) -> dict:
     limit = service.settings.ingest_max_events
     decoded = decode_body(body)
@@ -56,7 +82,9 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
     if len(items) > limit:
         raise ApiError(422, f"too many events: {len(items)}, at most {limit} per request", field="body",
                        limit=limit)
-    events, rejected = parse_events(items, service.streams())
+    streams = service.streams()
+    events, rejected = parse_events(items, streams)
+    events, rejected = _within_declared_lengths(events, rejected, streams)
     bad = {index for index, _ in rejected}
     keys, now = service.keys, time.time()
     pipe = service.redis.pipeline(transaction=True)

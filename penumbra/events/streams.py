@@ -54,6 +54,13 @@ class StreamParams:
     def template_only(self) -> bool:
         return bool(self.templates) and self.pi is None
 
+    def too_wide(self, length: float) -> str | None:
+        """Why a timestamp ``length`` long cannot be of this stream (longer than its declared
+        pi, Definition 6 of the PTJoin paper), or None."""
+        if self.pi is not None and length > self.pi * (1 + 1e-12):
+            return f"length {length!r} exceeds the stream's pi {self.pi!r}"
+        return None
+
 
 class Streams(Mapping[str, StreamParams]):
     """Stream parameters keyed by stream name; names match case-insensitively, as in queries."""

@@ -186,8 +186,9 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             histogram = event.histogram
         except ValidationError as error:
             return str(error)
-        if side.params.pi is not None and histogram.length > side.params.pi * (1 + 1e-12):
-            return f"ts: length {histogram.length!r} exceeds the stream's pi {side.params.pi!r}"
+        problem = side.params.too_wide(histogram.length)
+        if problem is not None:
+            return f"ts: {problem}"
         return histogram, -1
 
     def _key(self, side: _Side, event: Event) -> tuple | None:

@@ -158,6 +158,22 @@ def test_ids_with_control_or_invisible_characters_are_refused_and_the_rest_kept(
     assert ingested_after(store, keys, mark) == [event(stream, 2)]
 
 
+def test_a_timestamp_longer_than_its_streams_pi_is_refused_with_its_index(client, as_role, store, keys):
+    stream = unique("S")
+    assert client.put(f"/api/streams/{stream}", json={"pi": 10, "max_delay": 5},
+                      headers=as_role("admin")).status_code == 200
+    dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
+    items = [{"stream": stream, "id": "a", "ts": {"lo": 0, "hi": 5}}, {"stream": stream, "id": "b", "ts": "bad"},
+             {"stream": stream, "id": "c", "ts": {"lo": 0, "hi": 20}},
+             {"stream": stream, "id": "d", "ts": {"lo": 3, "hi": 13}}]
+    answer = client.post("/api/events", json=items, headers=as_role("analyst")).json()
+    assert (answer["accepted"], answer["rejected"]) == (2, 2)
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(1, "ts"), (2, "ts")]
+    assert "exceeds the stream's pi 10" in answer["errors"][1]["reason"]
+    assert ingested_after(store, keys, mark) == [items[0], items[3]]
+    assert len(store.xrange(keys.dead, f"({dead_mark}", "+")) == 2
+
+
 @pytest.mark.parametrize("body, status", [
     (b'[{"stream": "A", "id": "a", "ts": {"lo": 1, "hi": 2}}', 400),     # cut short
     (b'{"stream": "A", "id": "a", "ts": {"lo": NaN, "hi": 2}}', 400),
