@@ -362,9 +362,10 @@ def test_bad_messages_are_answered_and_the_feed_goes_on(live_url, tokens, store,
 
 
 def test_a_slow_client_does_not_delay_a_fast_one_and_is_closed_to_resume(live_url, tokens, store, keys, join_query):
-    """The slow client subscribes and stops reading; 8 KB matches fill its socket and its
+    """The slow client subscribes and stops reading; 16 KB matches fill its socket and its
     queue of LIVE_QUEUE messages (conftest), so it is closed with 4008, while the fast one gets each match
-    within a bounded delay. Then the slow one resumes from its last cursor."""
+    within a bounded delay. Then the slow one resumes from its last cursor. The 9.6 MB written
+    are more than loopback's socket buffers take (up to 4 MB a side), so the queue overflows."""
     query_id, _, _ = join_query
     stream = keys.matches(query_id)
     batches, per_batch = 60, 10
@@ -386,7 +387,7 @@ def test_a_slow_client_does_not_delay_a_fast_one_and_is_closed_to_resume(live_ur
 
         reader = asyncio.create_task(read_fast())
         for batch in range(batches):
-            write_batch(store, keys, batch, {query_id: [match(batch * per_batch + n, size=8000)
+            write_batch(store, keys, batch, {query_id: [match(batch * per_batch + n, size=16_000)
                                                         for n in range(per_batch)]})
             await asyncio.sleep(0.02)
         await reader
