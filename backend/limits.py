@@ -97,17 +97,27 @@ class RateLimiter:
         self.redis, self.keys, self.limit, self.window, self.what = client, keys, limit, window, what
 
     def hit(self, who: str) -> None:
-        now = time.time()
-        slot = int(now // self.window)
+        now, slot = _window(self.window)
         key = self.keys.rate(f"{self.what}:{who}", slot)
         pipe = self.redis.pipeline(transaction=False)
         pipe.incr(key)
         pipe.expire(key, self.window + 1)
         count, _ = pipe.execute()
         if count > self.limit:
-            retry = max(1, math.ceil((slot + 1) * self.window - now))
-            raise ApiError(429, f"{self.what} rate limit: at most {self.limit} requests per {self.window} s per token",
-                           headers={"Retry-After": str(retry)}, retry_after=retry)
+            raise _too_many(f"{self.what} rate limit: at most {self.limit} requests per {self.window} s per token",
+                            now, slot, self.window)
+
+
+def _window(seconds: int) -> tuple[float, int]:
+    """Now, and the number of the window of ``seconds`` it falls in."""
+    now = time.time()
+    return now, int(now // seconds)
+
+
+def _too_many(message: str, now: float, slot: int, seconds: int) -> ApiError:
+    """429, with ``Retry-After`` the seconds until the window ends."""
+    retry = max(1, math.ceil((slot + 1) * seconds - now))
+    return ApiError(429, message, headers={"Retry-After": str(retry)}, retry_after=retry)
 
 
 class WriteRateLimit:
@@ -155,14 +165,8 @@ class FailedAuthentications:
         self.redis, self.keys, self.limit, self.window = client, keys, limit, window
 
     def _key(self, address: str) -> tuple[str, float, int]:
-        now = time.time()
-        slot = int(now // self.window)
+        now, slot = _window(self.window)
         return self.keys.auth_failures(address, slot), now, slot
-
-    def _refuse(self, now: float, slot: int) -> ApiError:
-        retry = max(1, math.ceil((slot + 1) * self.window - now))
-        return ApiError(429, f"too many failed authentications from this address: at most {self.limit} per "
-                             f"{self.window} s", headers={"Retry-After": str(retry)}, retry_after=retry)
 
     def check(self, pipe: redis.client.Pipeline, address: str) -> Callable[[bytes | None], None]:
         """Queue the read of the address's failures on ``pipe`` (so that it costs the request
@@ -173,7 +177,8 @@ class FailedAuthentications:
 
         def judge(count: bytes | None) -> None:
             if int(count or 0) >= self.limit:
-                raise self._refuse(now, slot)
+                raise _too_many(f"too many failed authentications from this address: at most {self.limit} per "
+                                f"{self.window} s", now, slot, self.window)
 
         return judge
 

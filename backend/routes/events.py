@@ -52,23 +52,16 @@ def _within_declared_lengths(events: list, rejected: list, streams) -> tuple[lis
     declared = {name.casefold() for name, params in streams.items() if params.pi is not None}
     if not declared:
         return events, rejected
-    refused = {}
-    for event in events:
-        params = streams.get(event.stream) if event.stream.casefold() in declared else None
-        problem = params.too_wide(event.ts.length) if params is not None else None
-        if problem is not None:
-            refused[id(event)] = ValidationError("ts", problem)
-    if not refused:
-        return events, rejected
-    # the request's indices: parse_events keeps the valid events in order between the rejected ones
-    positions = iter(sorted(set(range(len(events) + len(rejected))) - {index for index, _ in rejected}))
+    # parse_events keeps the valid events in request order, between the rejected ones
+    bad = {index for index, _ in rejected}
+    indices = (index for index in range(len(events) + len(rejected)) if index not in bad)
     kept = []
-    for event in events:
-        index = next(positions)
-        if id(event) in refused:
-            rejected.append((index, refused[id(event)]))
-        else:
+    for index, event in zip(indices, events):
+        problem = streams[event.stream].too_wide(event.ts.length) if event.stream.casefold() in declared else None
+        if problem is None:
             kept.append(event)
+        else:
+            rejected.append((index, ValidationError("ts", problem)))
     return kept, sorted(rejected, key=lambda pair: pair[0])
 
 
