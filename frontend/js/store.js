@@ -80,7 +80,7 @@ function addMatches(found, live = true) {
     fresh.push(match);
   }
   if (!fresh.length) return fresh;
-  store.matches.unshift(...fresh.reverse());
+  store.matches.unshift(...[...fresh].reverse());
   if (!live) store.matches.sort((x, y) => y.at - x.at || compareIds(y.id, x.id));
   if (store.matches.length > MAX_MATCHES) {
     for (const dropped of store.matches.splice(MAX_MATCHES)) store.seen.delete(`${dropped.query}|${dropped.id}`);
@@ -125,6 +125,9 @@ export function stopLive() {
   clearTimeout(retryTimer);
   clearInterval(registryTimer);
   clearInterval(pingTimer);
+  clearTimeout(arrivedTimer);
+  arrivedTimer = null;
+  arrived = [];
   if (socket) socket.close(1000, "signed out");
   socket = null;
 }
@@ -157,6 +160,19 @@ async function connect() {
     }
     scheduleReconnect(event.code === 4008 ? "the feed was too fast for this tab" : null);
   };
+}
+
+// Live matches are added together every ARRIVED_MS: a burst of thousands is rendered a few
+// times, not once per match.
+const ARRIVED_MS = 50;
+let arrived = [];
+let arrivedTimer = null;
+
+function addArrived() {
+  arrivedTimer = null;
+  const found = arrived;
+  arrived = [];
+  addMatches(found);
 }
 
 function scheduleReconnect(reason) {
@@ -193,7 +209,8 @@ function receive(ws, message) {
       const name = `matches:${message.query}`;
       const current = store.cursors[name];
       if (!current || compareIds(message.id, current) > 0) store.cursors[name] = message.id;
-      addMatches([{ ...message.data, query: message.query }]);
+      arrived.push({ ...message.data, query: message.query });
+      arrivedTimer ??= setTimeout(addArrived, ARRIVED_MS);
       break;
     }
     case "alarms":

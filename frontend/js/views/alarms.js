@@ -181,7 +181,7 @@ export default {
       const fresh = detail.fresh.filter((m) => passes(m, f));
       if (!fresh.length) return;
       feed.querySelector(".empty")?.remove();
-      for (const match of fresh) feed.prepend(matchRow(match, true));
+      for (const match of fresh.slice(-limit)) feed.prepend(matchRow(match, true));
       while (feed.children.length > limit) feed.lastElementChild.remove();
       const total = store.matches.filter((m) => passes(m, f)).length;
       more.hidden = total <= feed.children.length;
