@@ -31,7 +31,6 @@ class Settings(SharedSettings):
     auth_failure_limit: int = Field(20, ge=1, description=(
         "failed authentications per client address per window; more answers 429 (REST) or closes 4429 (websocket)"))
     auth_failure_window: int = Field(60, ge=1, description="length of the failed-authentication window, seconds")
-    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
     ws_queue: int = Field(1000, ge=10, description=(
         "matches and alarms waiting for one live-feed client; beyond, it is closed with 4008 and resumes"))
     ws_compression: bool = Field(False, description="per-message deflate on the websocket (costs CPU per client)")
@@ -43,6 +42,8 @@ class Settings(SharedSettings):
     ws_max_unauthenticated: int = Field(256, ge=1, description=(
         "websockets of this process still waiting for their token; more are closed at once with 1013"))
     max_connections: int = Field(4096, ge=16, description="open connections of this process; beyond, 503")
+    header_timeout: float = Field(10.0, gt=0, description=(
+        "seconds a request's headers may take from its first byte; beyond, 408 and the connection closed"))
     max_queries: int = Field(MAX_QUERIES, ge=1, description="queries the registry holds at most; beyond, 409")
     max_streams: int = Field(MAX_STREAMS, ge=1, description="streams the registry holds at most; beyond, 409")
     write_rate_limit: int = Field(60, ge=1, description=(

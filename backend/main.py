@@ -24,6 +24,7 @@ from .limits import AccessLog, BodySizeLimit, WriteRateLimit
 from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
+from .protocol import with_header_timeout
 from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
 from .web import HtmlPolicy, mount_frontend
 
@@ -100,8 +101,11 @@ def server_options(settings: Settings) -> dict:
     websocket only when ``PENUMBRA_WS_COMPRESSION`` asks for it (uvicorn's default is on);
     the largest websocket message a client may send (a token, a subscription: uvicorn's
     default, 16 MiB, let 40 sockets take 1.5 GB before authenticating); at most
-    ``max_connections`` at once (beyond, 503); no access log of uvicorn's own (the app
-    logs each request as JSON); ten seconds for requests under way at a stop."""
+    ``max_connections`` at once (beyond, 503); a request's headers within
+    ``header_timeout`` seconds (beyond, 408 and closed: :mod:`backend.protocol`); no access
+    log of uvicorn's own (the app logs each request as JSON); ten seconds for requests
+    under way at a stop."""
     return {"host": settings.host, "port": settings.port, "ws_per_message_deflate": settings.ws_compression,
             "ws_max_size": settings.ws_max_message_bytes, "limit_concurrency": settings.max_connections,
-            "access_log": False, "timeout_graceful_shutdown": 10}
+            "http": with_header_timeout(settings.header_timeout), "access_log": False,
+            "timeout_graceful_shutdown": 10}

@@ -159,6 +159,9 @@ def main() -> None:
         for mode, compression in (("deflate off (default)", False), ("deflate on (baseline)", True)):
             with ApiServer(server.url, admin_token=TOKEN, ws_compression=compression) as api:
                 query = f"fan{int(time.time() * 1000)}"
+                for stream in ("FA", "FB"):
+                    httpx.put(f"{api.url}/api/streams/{stream}", json={"max_delay": 0, "pi": 1000},
+                              headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).raise_for_status()
                 answer = httpx.post(f"{api.url}/api/queries", json={"text": QUERY, "id": query},
                                     headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
                 answer.raise_for_status()

@@ -18,7 +18,7 @@ from penumbra.engine import build_operator
 from penumbra.errors import PenumbraError
 from penumbra.events import Streams, parse_streams
 from penumbra.operator import Operator
-from penumbra.query import parse
+from penumbra.query import check_registered, parse
 
 from .entries import audit_entry
 from .keys import Keys
@@ -136,7 +136,7 @@ class Registry:
             entry = {"id": query_id, "text": text, "kind": parsed.kind, "name": name or query_id,
                      "threshold": threshold if threshold is not None else parsed.threshold,
                      "paused": bool(paused), "created": time.time()}
-            read = check_entry(entry, registry["streams"]).partition_keys()
+            read = check_entry(entry, registry["streams"], registered=True).partition_keys()
             # a query keeps the parameters of its streams as they were when it was registered
             entry["streams"] = {s: p for s, p in registry["streams"].items() if s.casefold() in read}
             registry["queries"][query_id] = entry
@@ -247,20 +247,24 @@ class Registry:
                     continue
 
 
-def validated_query(text: str, threshold: float | None, streams: Streams) -> tuple[Any, Operator]:
+def validated_query(text: str, threshold: float | None, streams: Streams, *,
+                    registered: bool = True) -> tuple[Any, Operator]:
     """The one validator of a query (registering, updating, ``POST /api/validate``): it
-    parses, builds its operator against the streams as the job will, and takes its
-    threshold; the parsed query and the operator, or the core's error (a
-    :class:`~penumbra.query.QueryError` with line and column, a ``ValidationError`` naming
-    the field)."""
+    parses, checks that every stream it reads is registered (unless ``registered`` is
+    false: a query registered before, kept with its streams' parameters of then), builds
+    its operator against the streams as the job will, and takes its threshold; the parsed
+    query and the operator, or the core's error (a :class:`~penumbra.query.QueryError` with
+    line and column, a ``ValidationError`` naming the field)."""
     parsed = parse(text)
+    if registered:
+        check_registered(parsed, streams)
     operator = build_operator(parsed, streams)
     if threshold is not None:
         operator.set_threshold(threshold)
     return parsed, operator
 
 
-def check_entry(entry: dict, streams: Mapping[str, Any]) -> Operator:
+def check_entry(entry: dict, streams: Mapping[str, Any], *, registered: bool = False) -> Operator:
     """The operator of a query entry the job can run (:func:`validated_query`), the streams
-    as registered (JSON parameters)."""
-    return validated_query(entry["text"], entry.get("threshold"), parse_streams(streams))[1]
+    as registered (JSON parameters); ``registered``: every stream it reads must be among them."""
+    return validated_query(entry["text"], entry.get("threshold"), parse_streams(streams), registered=registered)[1]

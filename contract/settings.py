@@ -18,6 +18,7 @@ import redis
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .dead import DEAD_MAX_MB
 from .keys import DEFAULT_PREFIX, PREFIX_PATTERN, Keys
 
 __all__ = ["DEFAULT_REDIS_URL", "SharedSettings"]
@@ -39,6 +40,13 @@ class SharedSettings(BaseSettings):
     redis_url: str = Field(DEFAULT_REDIS_URL, description="the Redis of ingest, registry and results")
     redis_prefix: str = Field(DEFAULT_PREFIX, pattern=rf"^{PREFIX_PATTERN}$",
                               description="prefix of every Redis key (docs/redis.md)")
+    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream, at most")
+    dead_max_mb: float = Field(DEAD_MAX_MB, gt=0, description=(
+        "memory the dead-letter stream may use in Redis, MB; beyond, its oldest letters go"))
+
+    @property
+    def dead_max_bytes(self) -> int:
+        return int(self.dead_max_mb * 1024 * 1024)
 
     @property
     def keys(self) -> Keys:

@@ -124,7 +124,8 @@ class Job:
         keys_of_state = ("qid", "grp", "slot") if self.identity.get("placed") else ("qid", "grp")
         results = routed.groupBy(*keys_of_state).transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
-        sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen)
+        sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen,
+                    settings.dead_max_bytes)
         self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")

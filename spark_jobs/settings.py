@@ -43,7 +43,6 @@ class JobSettings(SharedSettings):
     obs_maxlen: int = Field(2_000, ge=1, description=(
         "micro-batches of observations kept per query (each some KB; the service reads at most 1,000)"))
     metrics_maxlen: int = Field(10_000, ge=1, description="progress reports kept in pn:metrics")
-    dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream")
     java_options: str = Field(QUICK_JIT, description=(
         "options of the job's JVMs: the driver's, and each executor's on a cluster (spark.driver.extraJavaOptions, "
         "spark.executor.extraJavaOptions); empty: Spark's own. The default runs the JIT's C1 alone"))

@@ -23,6 +23,7 @@ from collections import defaultdict
 
 import redis
 
+from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
 from contract.registry import Registry
@@ -38,9 +39,11 @@ class Sink:
     """``writeStream.foreachBatch(Sink(...))``; ``job`` names the checkpoint whose batch
     ids the marker counts (a new checkpoint starts again from batch 0)."""
 
-    def __init__(self, url: str, keys: Keys, job: str, result_maxlen: int, dead_maxlen: int, obs_maxlen: int):
+    def __init__(self, url: str, keys: Keys, job: str, result_maxlen: int, dead_maxlen: int, obs_maxlen: int,
+                 dead_max_bytes: int = DEAD_MAX_MB * 1024 * 1024):
         self.url, self.keys, self.job = url, keys, job
         self.result_maxlen, self.dead_maxlen, self.obs_maxlen = result_maxlen, dead_maxlen, obs_maxlen
+        self.dead_max_bytes = dead_max_bytes
         self._client: redis.Redis | None = None
         #: per batch id, milliseconds of the plan's execution (read, route, state) and of the
         #: Redis writes; the metrics listener takes them (the last few are kept)
@@ -119,8 +122,7 @@ class Sink:
             gone = [g for g, info in by_group.items() if info is None]
             if gone:
                 pipe.hdel(keys.groups(query), *gone)
-        for entry in dead:
-            pipe.xadd(keys.dead, entry, maxlen=self.dead_maxlen, approximate=True)
+        queue_dead(pipe, keys, dead, self.dead_maxlen)
         for kind in ("rejected", "late"):
             count = sum(1 for entry in dead if entry["kind"] == kind)
             if count:
@@ -132,6 +134,8 @@ class Sink:
         pipe.publish(keys.live, live_batch(batch_id, now, {q: len(m) for q, m in matches.items()}, observations,
                                            len(dead)))
         pipe.execute()
+        if dead:
+            trim_dead(client, keys, self.dead_max_bytes)
         self.timings.setdefault(batch_id, {})["sink_redis"] = round((time.perf_counter() - executed) * 1000, 1)
         for old in [b for b in self.timings if b < batch_id - 16]:
             del self.timings[old]

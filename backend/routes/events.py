@@ -14,6 +14,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
+from contract.dead import queue_dead, trim_dead
 from contract.entries import encode, rejected_letter
 from contract.ingest import queue_events
 from penumbra.errors import ValidationError
@@ -46,22 +47,25 @@ def decode_body(body: bytes):
         raise ApiError(400, str(error), field="body") from None
 
 
-def _within_declared_lengths(events: list, rejected: list, streams) -> tuple[list, list]:
-    """The events whose timestamps are no longer than their registered stream's pi; the
-    others join the rejected, at their index in the request, with the reason."""
-    declared = {name.casefold() for name, params in streams.items() if params.pi is not None}
-    if not declared:
-        return events, rejected
+def _of_registered_streams(events: list, rejected: list, streams) -> tuple[list, list]:
+    """The events of registered streams whose timestamps are no longer than their stream's
+    pi; the others join the rejected, at their index in the request, with the reason."""
     # parse_events keeps the valid events in request order, between the rejected ones
     bad = {index for index, _ in rejected}
     indices = (index for index in range(len(events) + len(rejected)) if index not in bad)
     kept = []
     for index, event in zip(indices, events):
-        problem = streams[event.stream].too_wide(event.ts.length) if event.stream.casefold() in declared else None
+        params = streams.get(event.stream)
+        if params is None:
+            problem = ValidationError("stream", f"stream {event.stream!r} is not registered "
+                                                f"(an admin registers it with PUT /api/streams/{{name}})")
+        else:
+            too_wide = params.too_wide(event.ts.length) if params.pi is not None else None
+            problem = ValidationError("ts", too_wide) if too_wide else None
         if problem is None:
             kept.append(event)
         else:
-            rejected.append((index, ValidationError("ts", problem)))
+            rejected.append((index, problem))
     return kept, sorted(rejected, key=lambda pair: pair[0])
 
 
@@ -77,18 +81,18 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
                        limit=limit)
     streams = service.streams()
     events, rejected = parse_events(items, streams)
-    events, rejected = _within_declared_lengths(events, rejected, streams)
+    events, rejected = _of_registered_streams(events, rejected, streams)
     bad = {index for index, _ in rejected}
     keys, now = service.keys, time.time()
     pipe = service.redis.pipeline(transaction=True)
     queue_events(pipe, keys, (encode(item) for index, item in enumerate(items) if index not in bad))
-    for index, error in rejected:
-        pipe.xadd(keys.dead, rejected_letter(str(error), encode(items[index]), now, source="api", who=who.label,
-                                             index=index),
-                  maxlen=service.settings.dead_maxlen, approximate=True)
+    queue_dead(pipe, keys, (rejected_letter(str(error), encode(items[index]), now, source="api", who=who.label,
+                                            index=index) for index, error in rejected), service.settings.dead_maxlen)
     if rejected:
         pipe.hincrby(keys.counts, "rejected", len(rejected))
     ids = pipe.execute()[:len(events)] if items else []
+    if rejected:
+        trim_dead(service.redis, keys, service.settings.dead_max_bytes)
     errors_out = [{"index": index, "field": error.field or None, "reason": str(error)} for index, error in rejected]
     if single and rejected:
         error = rejected[0][1]

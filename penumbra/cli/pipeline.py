@@ -9,6 +9,7 @@ are stopped by their process ids.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from contract.entries import match_value, read_dead, read_metrics, read_observat
 from contract.ingest import append_events, end_of_input
 from contract.keys import Keys
 from contract.registry import Registry
+from penumbra.query import parse
 
 from .processes import Child, RedisServer
 
@@ -104,6 +106,36 @@ def wait_for_metrics(client: redis.Redis, mark: bytes, job: JobProcess, timeout:
         time.sleep(0.05)
 
 
+def registrable(text: str, streams: dict, lines: Sequence[str]) -> dict:
+    """The stream parameters under which the registry takes ``text`` over ``lines`` and the
+    job finds what the core's engine finds with ``streams``: a stream the query reads and
+    ``streams`` does not declare gets the defaults (as the core reads it), and a join's
+    stream that bounds its lengths neither by pi nor by templates gets, as pi, the longest
+    timestamp of its events among ``lines`` (the registry refuses a join it could not bound;
+    over finite input, that bound is exact)."""
+    parsed = parse(text)
+    declared = {name.casefold(): name for name in streams}
+    for source in parsed.sources:
+        declared.setdefault(source.stream.casefold(), source.stream)
+    out = {name: dict(streams.get(name, {})) for name in declared.values()}
+    if parsed.kind == "join":
+        unbounded = {name.casefold(): name for name, params in out.items()
+                     if "pi" not in params and not params.get("templates")}
+        longest = dict.fromkeys(unbounded, 0.0)
+        for line in lines if unbounded else ():
+            try:
+                item = json.loads(line)
+                ts, stream = item["ts"], item["stream"].casefold()
+                if stream in longest:
+                    span = ts["hi"] - ts["lo"] if "hi" in ts else ts["edges"][-1] - ts["edges"][0]
+                    longest[stream] = max(longest[stream], float(span))
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                continue  # the job rejects it as the core does
+        for key, name in unbounded.items():
+            out[name]["pi"] = longest[key]
+    return out
+
+
 def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int | None = None,
              timeout: float = 1800.0) -> tuple[list[dict], dict]:
     """The matches of ``text`` over the event ``lines`` from the Spark job, and figures
@@ -113,8 +145,7 @@ def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int 
     with tempfile.TemporaryDirectory(prefix="penumbra-eval-") as home, RedisServer(Path(home) / "redis") as server:
         client = redis.Redis.from_url(server.url)
         registry = Registry(client, keys)
-        if streams:
-            registry.put_streams(streams)
+        registry.put_streams(registrable(text, streams or {}, lines))
         registry.register(text, query_id=QUERY_ID)
         append_events(client, lines, keys)
         mark = end_of_input(client, [QUERY_ID], keys)

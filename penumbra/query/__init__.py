@@ -10,6 +10,8 @@ from .join import JOIN_STRATEGIES, JoinQuery, Source
 from .parser import parse, parse_expression
 from .pattern import PATTERN_METHODS, PATTERN_STRATEGIES, PatternComponent, PatternQuery
 from .sequence import GapSpec, SequenceComponent, SequenceQuery
+from .sources import check_registered
 
 __all__ = ["GapSpec", "JOIN_STRATEGIES", "JoinQuery", "PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternComponent",
-           "PatternQuery", "QueryError", "SequenceComponent", "SequenceQuery", "Source", "parse", "parse_expression"]
+           "PatternQuery", "QueryError", "SequenceComponent", "SequenceQuery", "Source", "check_registered", "parse",
+           "parse_expression"]

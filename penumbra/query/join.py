@@ -28,6 +28,8 @@ JOIN_STRATEGIES = ("simple", "ssort", "eager", "lazy", "lazy_lookup")
 class Source:
     stream: str
     var: str
+    line: int | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ class JoinQuery:
     @property
     def variables(self) -> tuple[str, str]:
         return self.left.var, self.right.var
+
+    @property
+    def sources(self) -> tuple[Source, Source]:
+        """The query's sources in query order, each with its stream and position."""
+        return self.left, self.right
 
 
 def _window(expr: Compare, left: str, right: str) -> float:
@@ -65,7 +72,8 @@ def _window(expr: Compare, left: str, right: str) -> float:
 @v_args(meta=True)
 class JoinBuilder(ExprBuilder):
     def join_source(self, meta, children):
-        return Source(str(children[0]), str(children[1]))
+        stream = children[0]
+        return Source(str(stream), str(children[1]), stream.line, stream.column)
 
     def join_query(self, meta, children):
         left, right, condition, threshold, strategy = children

@@ -39,6 +39,8 @@ class PatternComponent:
 
     stream: str
     var: str
+    line: int | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class PatternQuery:
     @property
     def variables(self) -> tuple[str, ...]:
         return tuple(c.var for c in self.components)
+
+    @property
+    def sources(self) -> tuple[PatternComponent, ...]:
+        """The query's sources in query order, each with its stream and position."""
+        return self.components
 
     @property
     def length(self) -> int:
@@ -96,7 +103,8 @@ def _partition(keys: list[tuple[Attr, Attr]], variables: tuple[str, ...]) -> tup
 @v_args(meta=True)
 class PatternBuilder(ExprBuilder):
     def pattern_component(self, meta, children):
-        return PatternComponent(str(children[0]), str(children[1]))
+        stream = children[0]
+        return PatternComponent(str(stream), str(children[1]), stream.line, stream.column)
 
     def pattern_return(self, meta, children):
         return [(str(name), name) for name in children]

@@ -91,6 +91,11 @@ class SequenceQuery:
         return tuple(c.var for c in self.components)
 
     @property
+    def sources(self) -> tuple[SequenceComponent, ...]:
+        """The query's sources in query order, each with its stream and position."""
+        return self.components
+
+    @property
     def positives(self) -> tuple[int, ...]:
         """Indices of the positive components, in query order."""
         return tuple(k for k, c in enumerate(self.components) if not c.negated)
@@ -244,7 +249,7 @@ def _window(duration) -> int:
 class SequenceBuilder(ExprBuilder):
     def sequence_component(self, meta, children):
         negation, stream, var = children
-        return SequenceComponent(str(stream), str(var), negation is not None, meta.line, meta.column)
+        return SequenceComponent(str(stream), str(var), negation is not None, stream.line, stream.column)
 
     def sequence_defaults(self, meta, children):
         return ("defaults", children)

@@ -7,7 +7,7 @@ import redis
 from contract.keys import Keys
 from contract.registry import Registry, VERSION_RETENTION_SECONDS
 
-STREAMS = {"sa": {"max_delay": 5}, "sb": {"max_delay": 5}}
+STREAMS = {"sa": {"max_delay": 5, "pi": 10}, "sb": {"max_delay": 5, "pi": 10}}
 JOIN = "SELECT * FROM sa A, sb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5"
 
 

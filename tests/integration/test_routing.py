@@ -14,7 +14,7 @@ from contract import Keys, Registry
 from penumbra.keygroups import key_hash
 from spark_jobs.routing import CONTROL, Router, unpack
 
-STREAMS = {"ra": {"max_delay": 5}, "rb": {"max_delay": 5}}
+STREAMS = {"ra": {"max_delay": 5, "pi": 10}, "rb": {"max_delay": 5, "pi": 10}}
 JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"
 
 

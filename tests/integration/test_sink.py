@@ -55,6 +55,27 @@ def test_result_streams_stay_capped(redis_server, keys):
     client.close()
 
 
+def test_the_dead_letter_stream_stays_within_its_memory_budget_and_keeps_the_newest(redis_server, keys):
+    """Rejected entries quoting 8 KB each, 4 MB in all, against a budget of 1 MB (and a count
+    cap far above): what Redis reports for the stream stays about the budget, and the
+    newest letters are kept."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.delete(keys.dead)
+    budget = 1024 * 1024
+    sink = Sink(redis_server.url, keys, "job-dead", result_maxlen=100, dead_maxlen=100_000, obs_maxlen=100,
+                dead_max_bytes=budget)
+    for batch in range(10):
+        rows = [("", 0, "r", -1, json.dumps({"reason": "ts: must be an object", "entry": f"{batch}-{n}"}).encode(),
+                 (b"%d-%d:" % (batch, n)) + b"x" * 8000) for n in range(50)]
+        sink.write(pd.DataFrame(rows, columns=COLUMNS), batch)
+    used = client.memory_usage(keys.dead, samples=0)   # every node counted
+    assert used <= 1.2 * budget, used
+    assert 50 <= client.xlen(keys.dead) < 500
+    newest = client.xrevrange(keys.dead, count=1)[0][1]
+    assert newest[b"entry"] == b"9-49" and newest[b"raw"].startswith(b"9-49:")
+    client.close()
+
+
 def test_results_are_encoded_as_plain_json():
     from contract.entries import encode
 
@@ -71,7 +92,7 @@ def test_results_are_encoded_as_plain_json():
 def test_a_failed_query_is_quarantined_once_its_batch_is_written(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
     registry = Registry(client, keys)
-    registry.put_streams({"fa": {"max_delay": 1}, "fb": {"max_delay": 1}})
+    registry.put_streams({"fa": {"max_delay": 1, "pi": 5}, "fb": {"max_delay": 1, "pi": 5}})
     entry = registry.register("SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5", query_id="q1")
     registry.register("SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 2 WITH THRESHOLD 0.5", query_id="q2")
     sink = Sink(redis_server.url, keys, "job-1", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)

@@ -28,6 +28,8 @@ SETTINGS = {"admin_token": ADMIN_TOKEN, "redis_timeout": 1.0, "ingest_max_events
             "max_body_bytes": 256 * 1024, "ingest_rate_limit": 10_000, "auth_failure_limit": 100_000,
             "write_rate_limit": 100_000}
 JOIN = "SELECT * FROM {a} A, {b} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+#: The pi of the streams a test's join reads (a join needs its streams' longest timestamp).
+JOIN_PI = 1000
 #: The live feed's queue per client on the session's API server: small, so a slow client overflows it quickly.
 LIVE_QUEUE = 40
 
@@ -105,10 +107,31 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
+def register_streams(client, *names: str, **params) -> None:
+    """Register the named streams (the service refuses queries and events of others), each
+    with ``params`` (none: the defaults)."""
+    for name in names:
+        answer = client.put(f"/api/streams/{name}", json=params, headers=bearer(ADMIN_TOKEN))
+        assert answer.status_code == 200, answer.text
+
+
+def fresh_streams(client, *prefixes: str, **params) -> tuple[str, ...]:
+    """Fresh stream names, one per prefix, registered with ``params`` (none: the defaults)."""
+    names = tuple(unique(prefix) for prefix in prefixes)
+    register_streams(client, *names, **params)
+    return names
+
+
+def fresh_join(client) -> str:
+    """JOIN over two fresh registered streams (a join needs their pi)."""
+    a, b = fresh_streams(client, "A", "B", pi=JOIN_PI)
+    return JOIN.format(a=a, b=b)
+
+
 @pytest.fixture
 def join_query(client, as_role):
-    """A registered join over two fresh streams: (id, stream A, stream B)."""
-    a, b = unique("SA"), unique("SB")
+    """A registered join over two fresh registered streams: (id, stream A, stream B)."""
+    a, b = fresh_streams(client, "SA", "SB", pi=JOIN_PI)
     query_id = unique("q-")
     answer = client.post("/api/queries", json={"text": JOIN.format(a=a, b=b), "id": query_id},
                          headers=as_role("analyst"))

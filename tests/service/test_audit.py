@@ -3,12 +3,12 @@ by subject, in pages, for analysts and admins only."""
 
 from __future__ import annotations
 
-from .conftest import JOIN, unique, write_batch
+from .conftest import fresh_join, unique, write_batch
 
 
 def test_a_querys_changes_newest_first_with_who_and_what(client, as_role, store, keys):
     query_id = unique("audited-")
-    text = JOIN.format(a=unique("A"), b=unique("B"))
+    text = fresh_join(client)
     assert client.post("/api/queries", json={"text": text, "id": query_id}, headers=as_role("analyst")).status_code == 201
     assert client.patch(f"/api/queries/{query_id}", json={"threshold": 0.75},
                         headers=as_role("analyst")).status_code == 200
@@ -16,7 +16,7 @@ def test_a_querys_changes_newest_first_with_who_and_what(client, as_role, store,
     assert client.post(f"/api/alarms/{query_id}/acknowledge", headers=as_role("admin")).status_code == 200
     # something about another subject in between, left out by the filter
     other = unique("other-")
-    client.post("/api/queries", json={"text": JOIN.format(a=unique("A"), b=unique("B")), "id": other},
+    client.post("/api/queries", json={"text": fresh_join(client), "id": other},
                 headers=as_role("analyst"))
     answer = client.get("/api/audit", params={"subject": query_id}, headers=as_role("analyst"))
     assert answer.status_code == 200, answer.text
@@ -33,7 +33,7 @@ def test_a_querys_changes_newest_first_with_who_and_what(client, as_role, store,
 
 def test_pages_go_back_in_time_without_overlap(client, as_role):
     query_id = unique("paged-")
-    client.post("/api/queries", json={"text": JOIN.format(a=unique("A"), b=unique("B")), "id": query_id},
+    client.post("/api/queries", json={"text": fresh_join(client), "id": query_id},
                 headers=as_role("analyst"))
     for threshold in (0.61, 0.62, 0.63, 0.64):
         client.patch(f"/api/queries/{query_id}", json={"threshold": threshold}, headers=as_role("analyst"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 
 import httpx
 import pytest
@@ -57,4 +58,43 @@ def test_connections_beyond_the_limit_are_answered_503(redis_server, tmp_path):
             for connection in idle:
                 connection.close()
         with httpx.Client(base_url=api.url, timeout=10) as http:
+            assert http.get("/api/health").status_code == 200
+
+
+def read_until_closed(connection: socket.socket, timeout: float) -> tuple[bytes, float]:
+    """What the server sends until it closes the connection, and how long that took."""
+    connection.settimeout(timeout)
+    started, got = time.monotonic(), b""
+    while True:
+        chunk = connection.recv(4096)
+        if not chunk:
+            return got, time.monotonic() - started
+        got += chunk
+
+
+def test_a_request_whose_headers_do_not_come_in_time_is_answered_408_and_closed(redis_server, tmp_path):
+    with ApiServer(redis_server.url, log=tmp_path / "api.log", admin_token=ADMIN_TOKEN, header_timeout=1) as api:
+        address = ("127.0.0.1", api.port)
+        half, silent = socket.create_connection(address), socket.create_connection(address)
+        slow = None
+        try:
+            half.sendall(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")   # and no more
+            answer, took = read_until_closed(half, 10)
+            assert answer.startswith(b"HTTP/1.1 408 ") and took < 5
+            assert read_until_closed(silent, 10)[1] < 5     # a connection that sends nothing
+            # headers that come bit by bit, but within the limit, are served
+            request = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            slow = socket.create_connection(address)
+            for start in range(0, len(request), 20):
+                slow.sendall(request[start:start + 20])
+                time.sleep(0.1)
+            assert read_until_closed(slow, 10)[0].startswith(b"HTTP/1.1 200 ")
+        finally:
+            for connection in (half, silent, slow):
+                if connection is not None:
+                    connection.close()
+        # a keep-alive client idle for longer than the limit between requests is served
+        with httpx.Client(base_url=api.url, timeout=10) as http:
+            assert http.get("/api/health").status_code == 200
+            time.sleep(1.5)
             assert http.get("/api/health").status_code == 200

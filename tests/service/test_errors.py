@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from .conftest import JOIN, bearer, unique
+from .conftest import JOIN, JOIN_PI, bearer, fresh_streams
 
 
 @pytest.mark.parametrize("body, status", [
@@ -62,8 +62,8 @@ def test_unknown_route_and_method(client, as_role):
 
 
 def test_redis_down_is_503_then_recovers(client, as_role, tokens, redis_server):
-    stream = unique("S")
-    text = JOIN.format(a=stream, b=unique("S"))
+    stream, partner = fresh_streams(client, "S", "S", pi=JOIN_PI)
+    text = JOIN.format(a=stream, b=partner)
     query = client.post("/api/queries", json={"text": text, "threshold": 0.75}, headers=as_role("analyst")).json()
     fresh = client.post("/api/tokens", json={"role": "viewer", "label": "survivor"}, headers=as_role("admin")).json()
     redis_server.stop()

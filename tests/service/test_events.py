@@ -12,7 +12,7 @@ from backend import create_app
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
 
-from .conftest import unique
+from .conftest import ADMIN_TOKEN, bearer, fresh_streams, unique
 
 
 def event(stream, n, lo=0.0, hi=1.0, **attrs):
@@ -30,7 +30,7 @@ def last_id(store, key) -> str:
 
 
 def test_partial_batch_keeps_every_valid_event_in_order(client, as_role, store, keys):
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     batch = [
         event(stream, 0),
         {"stream": stream, "id": "bad-lo", "ts": {"lo": 5, "hi": 1}},
@@ -81,7 +81,7 @@ def test_template_events_resolve_against_registered_streams(client, as_role, sto
 
 
 def test_what_orjson_would_not_write(client, as_role, store, keys):
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     body = ('[{"stream": "%s", "id": "a", "ts": {"lo": 1, "hi": 2}, "attrs": {"big": %d, "note": "\\ud800"}}]'
             % (stream, 2 ** 70)).encode()
     mark = last_id(store, keys.ingest)
@@ -91,7 +91,7 @@ def test_what_orjson_would_not_write(client, as_role, store, keys):
 
 
 def test_single_event(client, as_role, store, keys):
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     mark = last_id(store, keys.ingest)
     answer = client.post("/api/events", json=event(stream, 7), headers=as_role("analyst"))
     assert answer.status_code == 202 and answer.json()["accepted"] == 1
@@ -113,7 +113,7 @@ def test_a_huge_invalid_event_keeps_its_first_bytes_and_length_in_the_dead_lette
     length): a flood of large rejects cannot fill Redis; the valid event beside it goes in."""
     from contract.entries import DEAD_RAW_BYTES
 
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
     huge = event(stream, 1, note="n" * 50_000)
     answer = client.post("/api/events", json=[huge, event(stream, 2)], headers=as_role("analyst"))
@@ -130,7 +130,7 @@ def test_a_huge_attribute_name_gets_a_short_answer_and_a_short_dead_letter(clien
     """A 7 MB attribute name once answered 21 MB and left a 14 MB dead letter: what an error
     quotes is cut, so both stay small, and the valid event beside it goes in (200 KB here,
     within the test service's body limit)."""
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
     huge = {"stream": stream, "id": "big", "ts": {"lo": 1, "hi": 2}, "attrs": {"k" * 200_000: 1}}
     single = client.post("/api/events", json=huge, headers=as_role("analyst"))
@@ -145,10 +145,29 @@ def test_a_huge_attribute_name_gets_a_short_answer_and_a_short_dead_letter(clien
     assert ingested_after(store, keys, mark) == [event(stream, 2)]
 
 
+def test_the_dead_letter_stream_stays_within_its_memory_budget(settings, store):
+    """A client sending invalid events quoting 8 KB each (4 MB in all) against a budget of
+    1 MB: what Redis reports for the stream stays about the budget, the newest kept."""
+    prefix = unique("pn-dead-")
+    app = create_app(settings.model_copy(update={"redis_prefix": prefix, "dead_max_mb": 1.0}))
+    with TestClient(app) as client:
+        headers = bearer(ADMIN_TOKEN)   # the bootstrap admin of the app's own prefix
+        for request in range(20):     # 25 a request: under the session's body limit
+            bad = [{"stream": "S", "id": f"{request}-{n}", "ts": "x" * 8000} for n in range(25)]
+            answer = client.post("/api/events", json=bad, headers=headers)
+            assert answer.status_code == 202 and answer.json()["rejected"] == 25
+        dead = app.state.service.keys.dead
+        assert store.memory_usage(dead, samples=0) <= 1.2 * 1024 * 1024
+        assert 50 <= store.xlen(dead) < 500
+        assert json.loads(store.xrevrange(dead, count=1)[0][1][b"raw"])["id"] == "19-24"
+    for key in store.scan_iter(f"{prefix}:*"):
+        store.delete(key)
+
+
 @pytest.mark.parametrize("event_id", ["a\x00b", "red \x1b[31m", "abc\u202edcba", "line\nbreak", "tab\there"])
 def test_ids_with_control_or_invisible_characters_are_refused_and_the_rest_kept(client, as_role, store, keys,
                                                                                  event_id):
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     mark = last_id(store, keys.ingest)
     bad = {"stream": stream, "id": event_id, "ts": {"lo": 1, "hi": 2}}
     answer = client.post("/api/events", json=[bad, event(stream, 2)], headers=as_role("analyst"))
@@ -159,7 +178,7 @@ def test_ids_with_control_or_invisible_characters_are_refused_and_the_rest_kept(
 
 
 def test_a_timestamp_longer_than_its_streams_pi_is_refused_with_its_index(client, as_role, store, keys):
-    stream = unique("S")
+    (stream,) = fresh_streams(client, "S")
     assert client.put(f"/api/streams/{stream}", json={"pi": 10, "max_delay": 5},
                       headers=as_role("admin")).status_code == 200
     dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
@@ -172,6 +191,23 @@ def test_a_timestamp_longer_than_its_streams_pi_is_refused_with_its_index(client
     assert "exceeds the stream's pi 10" in answer["errors"][1]["reason"]
     assert ingested_after(store, keys, mark) == [items[0], items[3]]
     assert len(store.xrange(keys.dead, f"({dead_mark}", "+")) == 2
+
+
+def test_an_event_of_an_unregistered_stream_is_refused_with_its_index_and_the_rest_kept(client, as_role, store,
+                                                                                         keys):
+    (stream,) = fresh_streams(client, "S")
+    typo = stream[:-1] + ("x" if stream[-1] != "x" else "y")
+    dead_mark, mark = last_id(store, keys.dead), last_id(store, keys.ingest)
+    items = [event(stream, 0), event(typo, 1), event(stream.upper(), 2)]   # names compare case-insensitively
+    answer = client.post("/api/events", json=items, headers=as_role("analyst")).json()
+    assert (answer["accepted"], answer["rejected"]) == (2, 1)
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(1, "stream")]
+    assert f"stream {typo!r} is not registered" in answer["errors"][0]["reason"]
+    assert ingested_after(store, keys, mark) == [items[0], items[2]]
+    (dead,) = store.xrange(keys.dead, f"({dead_mark}", "+")
+    assert b"not registered" in dead[1][b"reason"]
+    single = client.post("/api/events", json=event(typo, 3), headers=as_role("analyst"))
+    assert single.status_code == 422 and single.json()["error"]["field"] == "stream"
 
 
 @pytest.mark.parametrize("body, status", [
@@ -191,8 +227,9 @@ def test_unreadable_bodies(client, as_role, store, keys, body, status):
 
 
 def test_too_many_events(client, as_role, settings, store, keys):
+    (stream,) = fresh_streams(client, "S")
     mark = last_id(store, keys.ingest)
-    batch = [event("S", n) for n in range(settings.ingest_max_events + 1)]
+    batch = [event(stream, n) for n in range(settings.ingest_max_events + 1)]
     answer = client.post("/api/events", json=batch, headers=as_role("analyst"))
     assert answer.status_code == 422 and answer.json()["error"]["limit"] == settings.ingest_max_events
     assert last_id(store, keys.ingest) == mark

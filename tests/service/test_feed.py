@@ -15,7 +15,7 @@ import pytest
 
 from penumbra.cli.processes import ApiServer
 
-from .conftest import ADMIN_TOKEN, unique
+from .conftest import ADMIN_TOKEN, fresh_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,8 +47,9 @@ def last_id(store, key) -> str:
     return found[0][0].decode() if found else "0-0"
 
 
-def test_replay_sends_every_line_in_order_and_a_bad_line_is_rejected_alone(api_server, store, keys, tmp_path):
-    stream = unique("replay")
+def test_replay_sends_every_line_in_order_and_a_bad_line_is_rejected_alone(api_server, client, store, keys,
+                                                                           tmp_path):
+    (stream,) = fresh_streams(client, "replay")
     good = [{"stream": stream, "id": f"e{n}", "ts": {"lo": n, "hi": n + 1}} for n in range(7)]
     lines = [json.dumps(e).encode() for e in good[:3]] + [b"{not json", b"\xff\xfe bytes"] + \
         [json.dumps(e).encode() for e in good[3:]] + [json.dumps({"stream": stream, "id": "nan", "ts": 5}).encode()]
@@ -66,8 +67,8 @@ def test_replay_sends_every_line_in_order_and_a_bad_line_is_rejected_alone(api_s
     assert all(f[b"reason"] and f[b"source"] == b"api" for _, f in rejects)
 
 
-def test_replay_keeps_the_rate_it_is_given(api_server, store, keys, tmp_path):
-    stream = unique("paced")
+def test_replay_keeps_the_rate_it_is_given(api_server, client, store, keys, tmp_path):
+    (stream,) = fresh_streams(client, "paced")
     path = tmp_path / "paced.jsonl"
     path.write_text("".join(json.dumps({"stream": stream, "id": f"p{n}", "ts": {"lo": n, "hi": n}}) + "\n"
                             for n in range(30)))

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from .conftest import JOIN, unique, write_batch
+from .conftest import fresh_join, unique, write_batch
 
 
 @pytest.fixture(scope="session")
@@ -218,7 +218,7 @@ def test_alarm_actions_reach_alarm_feeds_at_once(api_server, live_url, tokens, s
 
 def test_changing_the_subscription(live_url, tokens, store, keys, client, as_role):
     def register() -> str:
-        answer = client.post("/api/queries", json={"text": JOIN.format(a=unique("LA"), b=unique("LB")),
+        answer = client.post("/api/queries", json={"text": fresh_join(client),
                                                    "id": unique("q-")}, headers=as_role("analyst"))
         assert answer.status_code == 201, answer.text
         return answer.json()["id"]

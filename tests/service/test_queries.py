@@ -17,7 +17,7 @@ from penumbra.events import parse_streams
 from penumbra.query import QueryError, parse
 from tests.strategies import QUERY_STREAMS, queries
 
-from .conftest import ADMIN_TOKEN, JOIN, unique
+from .conftest import ADMIN_TOKEN, JOIN, JOIN_PI, fresh_streams
 
 BAD_QUERIES = [
     "SELECT * FROM\nA X WHERE",
@@ -38,7 +38,7 @@ def last_audit_id(store, keys) -> str:
 
 
 def test_register_list_get(client, as_role, store, keys):
-    a, b = unique("SA"), unique("SB")
+    a, b = fresh_streams(client, "SA", "SB", pi=JOIN_PI)
     text = JOIN.format(a=a, b=b)
     mark = last_audit_id(store, keys)
     answer = client.post("/api/queries", json={"text": text, "name": "quakes", "threshold": 0.7},
@@ -181,10 +181,10 @@ def test_the_registry_holds_at_most_its_limit_of_queries_and_streams(redis_serve
     with TestClient(create_app(settings)) as client:
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         for name in ("fa", "fb"):
-            assert client.put(f"/api/streams/{name}", json={"max_delay": 1}, headers=admin).status_code == 200
+            assert client.put(f"/api/streams/{name}", json={"max_delay": 1, "pi": 10}, headers=admin).status_code == 200
         third = client.put("/api/streams/fc", json={"max_delay": 1}, headers=admin)
         assert third.status_code == 409 and "at most 2 streams" in third.json()["error"]["message"]
-        assert client.put("/api/streams/fa", json={"max_delay": 2}, headers=admin).status_code == 200  # a change
+        assert client.put("/api/streams/fa", json={"max_delay": 2, "pi": 10}, headers=admin).status_code == 200  # a change
         text = "SELECT * FROM fa A, fb B WHERE WINDOW(A, B) = 1 WITH THRESHOLD 0.5"
         assert [client.post("/api/queries", json={"text": text}, headers=admin).status_code for _ in range(3)] == \
             [201, 201, 409]
@@ -196,7 +196,7 @@ def test_every_change_counts_against_its_tokens_write_limit(redis_server):
                         admin_token=ADMIN_TOKEN, write_rate_limit=3, write_rate_window=60)
     with TestClient(create_app(settings)) as client:
         admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        assert client.put("/api/streams/wa", json={"max_delay": 1}, headers=admin).status_code == 200
+        assert client.put("/api/streams/wa", json={"max_delay": 1, "pi": 10}, headers=admin).status_code == 200
         text = "SELECT * FROM wa A, wa B WHERE WINDOW(A, B) = 1 WITH THRESHOLD 0.5"
         created = client.post("/api/queries", json={"text": text, "id": "w1"}, headers=admin)
         assert created.status_code == 201

@@ -13,7 +13,7 @@ import pytest
 from penumbra.probability import p_within
 from penumbra.timestamps import Histogram
 
-from .conftest import unique
+from .conftest import JOIN_PI, fresh_streams, unique
 
 
 def write_matches(store, keys, query_id, probs, batch=1):
@@ -126,17 +126,20 @@ def test_curve_of_a_template_event(client, as_role):
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "partners", answer.text
 
 
-def test_curve_of_an_interval_event_has_unbounded_ranges(client, as_role, join_query):
+def test_curve_of_an_interval_event_has_the_ranges_of_equations_4_to_6(client, as_role, join_query):
     query_id, a, _ = join_query
     event = {"stream": a, "id": "a1", "ts": {"lo": 10, "hi": 30}}
     curve = client.post(f"/api/queries/{query_id}/curve", json={"event": event}, headers=as_role("viewer")).json()
-    assert len(curve["x"]) == 200 and curve["lpr"][1] is None       # the partner stream declares no pi
+    # window d = 100, the partner's pi = JOIN_PI: LPR [lo - d, hi - d + pi], RPR [lo + d, hi + d + pi]
+    assert len(curve["x"]) == 200
+    assert curve["lpr"] == [10 - 100, 30 - 100 + JOIN_PI] and curve["rpr"] == [10 + 100, 30 + 100 + JOIN_PI]
 
 
 def test_curve_needs_a_join(client, as_role):
-    text = "PATTERN SEQ(A a, B b) WITHIN 10"
+    a, b = fresh_streams(client, "A", "B")
+    text = f"PATTERN SEQ({a} a, {b} b) WITHIN 10"
     query_id = client.post("/api/queries", json={"text": text}, headers=as_role("analyst")).json()["id"]
-    event = {"stream": "A", "id": "a", "ts": {"lo": 1, "hi": 2}}
+    event = {"stream": a, "id": "a", "ts": {"lo": 1, "hi": 2}}
     answer = client.post(f"/api/queries/{query_id}/curve", json={"event": event}, headers=as_role("viewer"))
     assert answer.status_code == 422
 

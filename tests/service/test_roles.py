@@ -9,7 +9,7 @@ import pytest
 
 from contract import Registry
 
-from .conftest import JOIN, bearer, unique
+from .conftest import JOIN, JOIN_PI, bearer, register_streams, unique
 
 #: (method, path) -> the least role allowed (None: no token needed)
 ROUTES = {
@@ -47,9 +47,9 @@ LEVEL = {None: 0, "viewer": 1, "analyst": 2, "admin": 3}
 CALLERS = ("nobody", "bad token", "viewer", "analyst", "admin")
 
 
-def body_for(method: str, path: str, stream: str):
+def body_for(method: str, path: str, stream: str, partner: str):
     if path in ("/api/queries", "/api/validate") and method == "POST":
-        return {"text": JOIN.format(a=unique("R"), b=unique("R"))}
+        return {"text": JOIN.format(a=stream, b=partner)}
     if method == "PATCH":
         return {"threshold": 0.7}
     if path == "/api/events":
@@ -75,9 +75,10 @@ def test_the_table_names_every_route(app):
 def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     needed = ROUTES[(method, path)]
     # fresh resources per call, so what one call changes does not decide another's answer
-    stream, query, token = unique("R"), None, None
+    stream, partner, query, token = unique("R"), unique("R"), None, None
+    register_streams(client, stream, partner, pi=JOIN_PI)
     if "{query_id}" in path:
-        query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=unique("R"))},
+        query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=partner)},
                             headers=bearer(tokens["analyst"])).json()["id"]
         store.xadd(keys.matches(query), {"m": '{"events": {"A": "a", "B": "b"}, "prob": 0.9}', "b": 0, "g": 0})
     if "{name}" in path:
@@ -88,7 +89,7 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     url = path.format(query_id=query, name=stream, token_id=token)
     headers = {"nobody": {}, "bad token": bearer("pn_not-a-token")}[caller] if caller not in tokens \
         else bearer(tokens[caller])
-    answer = client.request(method, url, json=body_for(method, path, stream), headers=headers)
+    answer = client.request(method, url, json=body_for(method, path, stream, partner), headers=headers)
     level = LEVEL.get(caller, 0)
     if needed is None:
         assert answer.status_code == 200

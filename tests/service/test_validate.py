@@ -7,14 +7,14 @@ import pytest
 
 from penumbra.query import QueryError, parse
 
-from .conftest import JOIN, bearer, unique
+from .conftest import JOIN, bearer, fresh_join, fresh_streams, unique
 
 ROUTE = "/api/validate"
 
 
 @pytest.mark.parametrize("role", ["viewer", "analyst", "admin"])
 def test_every_role_may_validate(client, as_role, role):
-    answer = client.post(ROUTE, json={"text": JOIN.format(a=unique("V"), b=unique("V"))}, headers=as_role(role))
+    answer = client.post(ROUTE, json={"text": fresh_join(client)}, headers=as_role(role))
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert (body["valid"], body["kind"], body["threshold"], body["line"]) == (True, "join", 0.6, None)
@@ -46,11 +46,22 @@ def test_line_and_column_are_the_parsers(client, as_role, text):
 
 
 def test_the_threshold_is_checked_like_registering(client, as_role):
-    text = JOIN.format(a=unique("V"), b=unique("V"))
+    text = fresh_join(client)
     answer = client.post(ROUTE, json={"text": text, "threshold": 0.75}, headers=as_role("analyst")).json()
     assert (answer["valid"], answer["threshold"]) == (True, 0.75)
     refused = client.post(ROUTE, json={"text": text, "threshold": 1.5}, headers=as_role("analyst"))
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "threshold"
+
+
+def test_a_stream_not_registered_is_invalid_at_its_name_with_the_closest_registered_one(client, as_role):
+    a, b = fresh_streams(client, "Seismic", "Acoustic")
+    typo = b[:-1] + ("k" if b[-1] != "k" else "q")
+    text = f"SELECT * FROM {a} A,\n  {typo} B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
+    body = client.post(ROUTE, json={"text": text}, headers=as_role("viewer")).json()
+    assert (body["valid"], body["line"], body["column"]) == (False, 2, 3)
+    assert f"stream {typo!r} is not registered" in body["message"] and f"did you mean {b!r}" in body["message"]
+    refused = client.post("/api/queries", json={"text": text}, headers=as_role("analyst"))
+    assert refused.status_code == 422 and (refused.json()["error"]["line"], refused.json()["error"]["column"]) == (2, 3)
 
 
 def test_nothing_is_written(client, as_role, store, keys):

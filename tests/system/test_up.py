@@ -157,6 +157,7 @@ def test_first_up_starts_redis_the_job_and_the_api(scenario):
 def test_a_match_flows_from_rest_through_the_job(scenario):
     scenario.needs("up")
     with http(scenario.base) as client:
+        register_streams(client, scenario.token, "upA", "upB")
         answer = client.post("/api/queries", json={"text": JOIN, "id": QUERY_ID}, headers=bearer(scenario.token))
     assert answer.status_code == 201, answer.text
     post_events(scenario, pair(1))
@@ -164,6 +165,14 @@ def test_a_match_flows_from_rest_through_the_job(scenario):
     with scenario.redis() as client:
         scenario.batches = int(client.hget(KEYS.batches, scenario.job_id))
     scenario.done.add("match")
+
+
+def register_streams(client, token: str, *names: str) -> None:
+    """The streams, registered with no delay and timestamps of at most 1,000 (a join needs
+    its streams' longest timestamp)."""
+    for name in names:
+        answer = client.put(f"/api/streams/{name}", json={"pi": 1000}, headers=bearer(token))
+        assert answer.status_code == 200, answer.text
 
 
 TUNED = "SELECT * FROM upC A, upD B WHERE WINDOW(A, B) = 100 WITH THRESHOLD 0.6"
@@ -222,6 +231,7 @@ def test_matches_reach_the_live_feed_and_a_threshold_patch_applies_to_what_comes
         assert [(m["id"], m["data"]["events"], m["data"]["prob"]) for m in replayed] == \
             [(m["id"], m["events"], m["prob"]) for m in rest]
         # live: a query registered now, its near pair matches at 0.6
+        register_streams(client, scenario.token, "upC", "upD")
         answer = client.post("/api/queries", json={"text": TUNED, "id": TUNED_ID}, headers=headers)
         assert answer.status_code == 201, answer.text
         socket.send(json.dumps({"type": "subscribe", "queries": [TUNED_ID], "kinds": ["matches"]}))
