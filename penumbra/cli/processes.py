@@ -200,13 +200,16 @@ class Child:
 class RedisServer:
     """A private redis-server on a free loopback port: ``with RedisServer() as server:
     server.url``. Data lives in ``folder`` (a fresh temporary folder, removed at the end,
-    unless given); ``append_only`` turns the AOF on."""
+    unless given); ``append_only`` turns the AOF on, fsynced as ``fsync`` says (``always``,
+    the default: a reply means the write is on disk; ``everysec``; ``no``)."""
 
-    def __init__(self, folder: Path | None = None, port: int | None = None, append_only: bool = False):
+    def __init__(self, folder: Path | None = None, port: int | None = None, append_only: bool = False,
+                 fsync: str = "always"):
         self.owns_folder = folder is None
         self.folder = Path(folder or tempfile.mkdtemp(prefix="penumbra-redis-"))
         self.port = port or free_port()
         self.append_only = append_only
+        self.fsync = fsync
         self.child: Child | None = None
 
     @property
@@ -232,7 +235,8 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed (make setup installs it)")
         self.folder.mkdir(parents=True, exist_ok=True)
         argv = [binary, "--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.folder), "--save", "",
-                "--appendonly", "yes" if self.append_only else "no", "--protected-mode", "yes",
+                "--appendonly", "yes" if self.append_only else "no", "--appendfsync", self.fsync,
+                "--protected-mode", "yes",
                 "--logfile", str(self.folder / "redis.log")]
         self.child = Child("redis", f"redis-server on port {self.port}", argv, probe=self._answers)
         try:
@@ -248,6 +252,13 @@ class RedisServer:
         self.child = None
         if self.owns_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: the folder stays, and :meth:`start` recovers from it."""
+        if self.child is not None and self.child.process is not None:
+            self.child.process.kill()
+            self.child.process.wait()
+        self.child = None
 
     def __enter__(self) -> RedisServer:
         return self.start()

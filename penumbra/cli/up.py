@@ -42,7 +42,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import Callable, Literal, Sequence, TextIO
 
 import redis
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
@@ -86,6 +86,9 @@ class UpSettings(SharedSettings):
                                    description="seconds the job has to finish its micro-batch and stop before SIGKILL")
     up_restarts: int = Field(5, ge=1, description="failures of one child in a row before up gives up")
     demo_rate: float = Field(20.0, gt=0, le=10_000, description="events per second of each demo scenario (--demo)")
+    redis_fsync: Literal["always", "everysec"] = Field("always", description=(
+        "when up's Redis fsyncs its append-only file: before it answers a write (always: a 2xx is on disk) "
+        "or once a second (everysec: a crash of redis-server may lose the last second's acknowledged writes)"))
     redis_max_memory_mb: int = Field(4096, ge=64, description=(
         "memory of up's own Redis (maxmemory): past it, writes are refused (noeviction), nothing is dropped"))
     _starts_redis: bool = PrivateAttr(False)
@@ -142,8 +145,11 @@ def settings_help() -> str:
 
 
 def redis_config(settings: UpSettings, password: str) -> str:
-    """Penumbra's redis.conf: loopback only, a password, AOF on (fsync every second) with
-    RDB snapshots besides."""
+    """Penumbra's redis.conf: loopback only, a password, AOF on with RDB snapshots besides.
+    The AOF is fsynced before Redis answers a write (``appendfsync always``; Redis writes
+    and fsyncs once for every command of an event-loop turn, a group commit), so what the
+    API acknowledged and what the job's sink committed survive a crash of redis-server the
+    moment after (PENUMBRA_REDIS_FSYNC=everysec trades that for write rate)."""
     def quoted(path: Path) -> str:
         return json.dumps(str(path), ensure_ascii=False)
 
@@ -152,7 +158,7 @@ def redis_config(settings: UpSettings, password: str) -> str:
         f"bind {LOOPBACK}", "protected-mode yes", f"port {settings.redis_port}", f"requirepass {password}",
         f"dir {quoted(settings.redis_data)}", f"logfile {quoted(settings.logs / 'redis.log')}",
         f"maxmemory {settings.redis_max_memory_mb}mb", "maxmemory-policy noeviction",
-        "daemonize no", "appendonly yes", "appendfsync everysec", "save 3600 1 300 100 60 10000", ""])
+        "daemonize no", "appendonly yes", f"appendfsync {settings.redis_fsync}", "save 3600 1 300 100 60 10000", ""])
 
 
 def redis_password(settings: UpSettings) -> str:

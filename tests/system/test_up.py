@@ -140,8 +140,8 @@ def test_first_up_starts_redis_the_job_and_the_api(scenario):
     with scenario.redis() as client:
         config = client.config_get("*")
         redis_pid = client.info("server")["process_id"]
-    assert (config["appendonly"], config["bind"], config["dir"]) == (
-        "yes", "127.0.0.1", str(scenario.home / "var" / "redis"))
+    assert (config["appendonly"], config["appendfsync"], config["bind"], config["dir"]) == (
+        "yes", "always", "127.0.0.1", str(scenario.home / "var" / "redis"))
     beat = heartbeat(scenario)
     assert beat["active"] == "1"
     scenario.job_id = beat["job"]
