@@ -119,8 +119,11 @@ class IngestOut(BaseModel):
     """What became of the posted events: the valid ones are in the ingest stream, in
     order; each rejected one is also in the dead-letter stream."""
 
-    accepted: int
-    rejected: int
+    accepted: int = Field(description="events appended to the ingest stream")
+    duplicates: int = Field(0, description=(
+        "events whose stream and id came before with the same content (a retry): taken once, not appended again"))
+    rejected: int = Field(description="invalid events and conflicts (a stream and id that came before with other "
+                                      "content), each in errors and in the dead-letter stream")
     first_id: str | None = Field(description="ingest stream id of the first accepted event")
     last_id: str | None = Field(description="ingest stream id of the last accepted event")
     errors: list[Rejection]

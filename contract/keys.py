@@ -109,6 +109,10 @@ class Keys:
     def tokens_bootstrap(self) -> str:
         return f"{self.prefix}:tokens:bootstrap"
 
+    def identities(self, generation: int) -> str:
+        """The prefix of a generation's identity hashes (``<prefix><bucket>``: contract/identity.py)."""
+        return f"{self.prefix}:ids:{generation}:"
+
     def rate(self, who: str, slot: int) -> str:
         return f"{self.prefix}:rate:{who}:{slot}"
 

@@ -19,6 +19,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .dead import DEAD_MAX_MB
+from .identity import DEFAULT_HORIZON_HOURS
 from .keys import DEFAULT_PREFIX, PREFIX_PATTERN, Keys
 
 __all__ = ["DEFAULT_REDIS_URL", "SharedSettings"]
@@ -43,6 +44,15 @@ class SharedSettings(BaseSettings):
     dead_maxlen: int = Field(100_000, ge=1, description="entries kept in the dead-letter stream, at most")
     dead_max_mb: float = Field(DEAD_MAX_MB, gt=0, description=(
         "memory the dead-letter stream may use in Redis, MB; beyond, its oldest letters go"))
+
+    identity_horizon_hours: float = Field(DEFAULT_HORIZON_HOURS, gt=0, description=(
+        "how long the ingest remembers an event's (stream, id), hours of ingest time at least (twice at most): "
+        "the same event sent again within it is taken once"))
+
+    @property
+    def identity_horizon(self) -> float:
+        """The identity horizon in seconds."""
+        return self.identity_horizon_hours * 3600.0
 
     @property
     def dead_max_bytes(self) -> int:

@@ -16,7 +16,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from contract.dead import queue_dead, trim_dead
 from contract.entries import encode, rejected_letter
-from contract.ingest import queue_events
+from contract.identity import CONFLICT_REASON, identified
+from contract.ingest import CONFLICT, DUPLICATE
+from contract.ingest import ingest as append_once
 from penumbra.errors import ValidationError
 from penumbra.events import loads, parse_events
 
@@ -81,23 +83,45 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
                        limit=limit)
     streams = service.streams()
     events, rejected = parse_events(items, streams)
+    repeated = len(items) - len(events) - len(rejected)     # sent twice in the request: taken once
     events, rejected = _of_registered_streams(events, rejected, streams)
-    bad = {index for index, _ in rejected}
     keys, now = service.keys, time.time()
-    pipe = service.redis.pipeline(transaction=True)
-    queue_events(pipe, keys, (encode(item) for index, item in enumerate(items) if index not in bad))
-    queue_dead(pipe, keys, (rejected_letter(str(error), encode(items[index]), now, source="api", who=who.label,
-                                            index=index) for index, error in rejected), service.settings.dead_maxlen)
-    if rejected:
-        pipe.hincrby(keys.counts, "rejected", len(rejected))
-    ids = pipe.execute()[:len(events)] if items else []
+    # the first of each identity, in request order (parse_events left the repeats out)
+    bad, firsts = {index for index, _ in rejected}, set()
+    valid = []
+    for index in range(len(items)):
+        if index not in bad:
+            key = (items[index]["stream"].casefold(), items[index]["id"])
+            if key not in firsts:
+                firsts.add(key)
+                valid.append(index)
+    # each identity once, atomically: a duplicate is skipped, a conflict refused
+    found = append_once(service.redis, keys, [identified(items[i], encode(items[i])) for i in valid],
+                        service.identity_horizon(streams), now)
+    ids = [entry for entry in found if isinstance(entry, bytes)]
+    duplicates = repeated + found.count(DUPLICATE)
+    conflicts = [(index, ValidationError("id", CONFLICT_REASON)) for index, entry in zip(valid, found)
+                 if entry == CONFLICT]
+    if conflicts:
+        rejected = sorted(rejected + conflicts, key=lambda pair: pair[0])
+    if rejected or duplicates:
+        pipe = service.redis.pipeline(transaction=True)
+        queue_dead(pipe, keys, (rejected_letter(str(error), encode(items[index]), now, source="api",
+                                                who=who.label, index=index) for index, error in rejected),
+                   service.settings.dead_maxlen)
+        if rejected:
+            pipe.hincrby(keys.counts, "rejected", len(rejected))
+        if duplicates:
+            pipe.hincrby(keys.counts, "duplicates", duplicates)
+        pipe.execute()
     if rejected:
         trim_dead(service.redis, keys, service.settings.dead_max_bytes)
     errors_out = [{"index": index, "field": error.field or None, "reason": str(error)} for index, error in rejected]
     if single and rejected:
         error = rejected[0][1]
-        raise ApiError(422, str(error), field=error.field or None, index=0, dead_letter=True)
-    return {"accepted": len(events), "rejected": len(rejected),
+        status = 409 if conflicts else 422
+        raise ApiError(status, str(error), field=error.field or None, index=0, dead_letter=True)
+    return {"accepted": len(ids), "duplicates": duplicates, "rejected": len(rejected),
             "first_id": ids[0].decode() if ids else None, "last_id": ids[-1].decode() if ids else None,
             "errors": errors_out}
 

@@ -39,12 +39,13 @@ class Tally:
     sent: int = 0
     accepted: int = 0
     rejected: int = 0
+    duplicates: int = 0
     retries: int = 0
     reasons: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"sent": self.sent, "accepted": self.accepted, "rejected": self.rejected, "retries": self.retries,
-                "first_reasons": self.reasons[:5]}
+        return {"sent": self.sent, "accepted": self.accepted, "rejected": self.rejected,
+                "duplicates": self.duplicates, "retries": self.retries, "first_reasons": self.reasons[:5]}
 
 
 def _connection(url: str) -> http.client.HTTPConnection:
@@ -129,19 +130,21 @@ class ApiSink:
             raise FeedError(f"POST /api/events answered {status}: {_message(answer)}")
         tally.accepted += answer["accepted"]
         tally.rejected += answer["rejected"]
+        tally.duplicates += answer.get("duplicates", 0)
         tally.reasons += [f"{e.get('field') or 'event'}: {e['reason']}" for e in answer["errors"][:5]]
 
 
 class RedisSink:
-    """Appends batches straight to the ingest stream (the job validates them)."""
+    """Appends batches straight to the ingest stream (the job validates them), each event's
+    identity once: a batch retried after a lost answer is not taken twice."""
 
     def __init__(self, url: str, prefix: str = "pn"):
         import redis  # only this path needs Redis and the contract
 
-        from contract.ingest import queue_events
+        from contract.ingest import append_events
         from contract.keys import Keys
 
-        self.queue_events = queue_events
+        self.append_events = append_events
         self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         self.keys = Keys(prefix)
         self.errors = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -157,10 +160,9 @@ class RedisSink:
         attempt = 0
         while True:
             try:
-                pipe = self.client.pipeline(transaction=True)
-                self.queue_events(pipe, self.keys, lines)
-                pipe.execute()
-                tally.accepted += len(lines)
+                appended = len(self.append_events(self.client, lines, self.keys))
+                tally.accepted += appended
+                tally.duplicates += len(lines) - appended
                 return
             except self.errors:
                 attempt += 1

@@ -158,16 +158,32 @@ def collector_paused():
             gc.enable()
 
 
-def _admit(parsed: Event | ValidationError, seen: set[tuple[str, str]]) -> Event | ValidationError:
-    """A parsed event, unless its id was already seen in its stream (then the error that
-    says so); an error as it is."""
+def same_content(a: Event, b: Event) -> bool:
+    """Whether two events of one identity (stream, id) say the same: timestamp (as sent: a
+    template and detection time, or the interval or histogram), attributes."""
+    if a.template is not None or b.template is not None:
+        if (a.template, a.detected) != (b.template, b.detected):
+            return False
+    elif a.ts != b.ts:
+        return False
+    return dict(a.attrs) == dict(b.attrs)
+
+
+def _admit(parsed: Event | ValidationError, seen: dict[tuple[str, str], Event]) -> Event | ValidationError | None:
+    """A parsed event the first time its identity (stream, id) comes; None when it came
+    before with the same content (a duplicate, taken once); the error that says so when it
+    came with other content (a conflict); an error as it is."""
     if isinstance(parsed, ValidationError):
         return parsed
     key = (parsed.stream.casefold(), parsed.id)
-    if key in seen:
-        return ValidationError("id", f"duplicate id {parsed.id!r} in stream {parsed.stream!r}")
-    seen.add(key)
-    return parsed
+    first = seen.get(key)
+    if first is None:
+        seen[key] = parsed
+        return parsed
+    if same_content(first, parsed):
+        return None
+    return ValidationError("id", f"conflict: id {parsed.id!r} came before in stream {parsed.stream!r} with other "
+                                 f"content (an id is unique within its stream; an event sent again must be the same)")
 
 
 def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
@@ -175,22 +191,25 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     """A block of raw events (JSON lines as ``str`` or UTF-8 ``bytes``, or decoded objects):
     the valid events in input order, and ``(index, error)`` for every rejected input.
 
-    An ``id`` seen twice in one stream within the block is rejected the second time. Never
-    raises for bad input: whatever its shape, it comes back as a rejection naming the field.
+    Each identity (stream, id) is taken once (DESIGN.md): an event that came before in
+    the block with the same content is a duplicate, left out (neither an event nor a
+    rejection); with other content, a conflict, rejected. Never raises for bad input:
+    whatever its shape, it comes back as a rejection naming the field.
 
     >>> events, rejected = parse_events(['{"stream": "A", "id": "a1", "ts": {"lo": 1, "hi": 2}}',
+    ...                                  b'{"stream": "a", "ts": {"hi": 2, "lo": 1}, "id": "a1"}',
     ...                                  b'{"stream": "A", "id": "a1", "ts": {"lo": 3, "hi": 4}}', "[1]"])
-    >>> [e.id for e in events], [(index, str(error)) for index, error in rejected]
-    (['a1'], [(1, "id: duplicate id 'a1' in stream 'A'"), (2, 'must be a JSON object, got array')])
+    >>> [e.id for e in events], [(index, str(error)[:30]) for index, error in rejected]
+    (['a1'], [(2, "id: conflict: id 'a1' came bef"), (3, 'must be a JSON object, got arr')])
     """
     events: list[Event] = []
     rejected: list[tuple[int, ValidationError]] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], Event] = {}
     for index, parsed in enumerate(parse_event_lines(raws, streams)):
         admitted = _admit(parsed, seen)
         if isinstance(admitted, ValidationError):
             rejected.append((index, admitted))
-        else:
+        elif admitted is not None:
             events.append(admitted)
     return events, rejected
 
@@ -198,18 +217,18 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
 def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
     """Decode a JSON-lines batch: every valid event, and every rejected line with its reason.
 
-    Blank lines are skipped. An ``id`` seen twice in one stream is rejected the second time.
+    Blank lines are skipped. Each identity is taken once, as in :func:`parse_events`.
     """
     events: list[Event] = []
     rejected: list[Rejected] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], Event] = {}
     numbered = ((number, line) for number, line in enumerate(lines, start=1) if line and not line.isspace())
     while block := list(itertools.islice(numbered, _READ_BLOCK)):
         for (number, line), parsed in zip(block, parse_event_lines([line for _, line in block], streams)):
             admitted = _admit(parsed, seen)
             if isinstance(admitted, ValidationError):
                 rejected.append(Rejected(number, admitted, line.rstrip("\n")))
-            else:
+            elif admitted is not None:
                 events.append(admitted)
     return events, rejected
 

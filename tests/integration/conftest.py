@@ -150,7 +150,7 @@ class Pipeline:
 
 
 @pytest.fixture(scope="session")
-def pipeline(redis_server, tmp_path_factory):
+def running_pipeline(redis_server, tmp_path_factory):
     home = tmp_path_factory.mktemp("job")
     job = JobProcess(home, redis_server.url, **JOB_SETTINGS)
     client = redis.Redis.from_url(redis_server.url)
@@ -161,3 +161,13 @@ def pipeline(redis_server, tmp_path_factory):
     finally:
         job.stop()
         client.close()
+
+
+@pytest.fixture
+def pipeline(running_pipeline):
+    """The session's job, for a test that starts its scenario afresh: the ingest forgets the
+    identities earlier tests sent (their events reuse ids), as a new deployment would."""
+    client = running_pipeline.client
+    for key in client.scan_iter(match=f"{running_pipeline.keys.prefix}:ids:*", count=10_000):
+        client.delete(key)
+    return running_pipeline

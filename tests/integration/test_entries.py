@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from contract import entries
-from contract.ingest import append_events, end_of_input, queue_events
+from contract.ingest import append_events, end_of_input
 from contract.keys import Keys
 from contract.results import queue_matches
 
@@ -40,16 +40,11 @@ def test_ingest_entries_carry_each_event_as_sent_and_end_marks_their_queries(cli
     assert list(found[3][1]) == [entries.CONTROL_FIELD.encode()]
     assert entries.read_end_mark(found[3][1][entries.CONTROL_FIELD.encode()]) == ["q1", "q2"]
     assert entries.read_end_mark(b'{"end": "q1"}') == [] and entries.read_end_mark(b"{oops") == []
-    # queue_events writes in the caller's transaction, in order, after what came before
-    pipe = client.pipeline(transaction=True)
-    assert queue_events(pipe, keys, [b"a", b"b"]) == 2
-    pipe.execute()
-    assert [f for _, f in client.xrange(keys.ingest)][-2:] == [{b"e": b"a"}, {b"e": b"b"}]
 
 
-def test_append_events_goes_in_order_across_its_pipelined_chunks(client, keys, monkeypatch):
-    monkeypatch.setattr("contract.ingest.PIPELINE_CHUNK", 7)
-    lines = [json.dumps({"n": n}) for n in range(30)]
+def test_append_events_goes_in_order_across_its_script_calls(client, keys, monkeypatch):
+    monkeypatch.setattr("contract.ingest.SCRIPT_CHUNK", 7)
+    lines = [json.dumps({"stream": "s", "id": f"n{n}", "n": n}) if n % 3 else json.dumps({"n": n}) for n in range(30)]
     assert len(append_events(client, lines, keys)) == 30
     assert [json.loads(f[b"e"])["n"] for _, f in client.xrange(keys.ingest)] == list(range(30))
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+
+import httpx
 
 import pytest
 from fastapi.testclient import TestClient
@@ -143,6 +146,67 @@ def test_a_huge_attribute_name_gets_a_short_answer_and_a_short_dead_letter(clien
     for _, fields in letters:
         assert sum(len(k) + len(v) for k, v in fields.items()) < 12_000
     assert ingested_after(store, keys, mark) == [event(stream, 2)]
+
+
+def test_a_retried_batch_is_taken_once_and_other_content_under_a_known_id_is_a_conflict(client, as_role, store,
+                                                                                         keys):
+    (stream,) = fresh_streams(client, "S")
+    batch = [event(stream, n, lo=float(n), hi=n + 1.0) for n in range(5)]
+    mark, dead_mark = last_id(store, keys.ingest), last_id(store, keys.dead)
+    first = client.post("/api/events", json=batch, headers=as_role("analyst")).json()
+    assert (first["accepted"], first["duplicates"], first["rejected"]) == (5, 0, 0)
+    again = client.post("/api/events", json=batch, headers=as_role("analyst")).json()
+    assert (again["accepted"], again["duplicates"], again["rejected"], again["first_id"]) == (0, 5, 0, None)
+    # a retry from a client that orders its keys otherwise is the same event
+    reordered = [{"attrs": {}, "ts": {"hi": 1.0, "lo": 0.0}, "id": "e-0", "stream": stream.upper()}]
+    assert client.post("/api/events", json=reordered, headers=as_role("analyst")).json()["duplicates"] == 1
+    # one known id with another timestamp, one new event, one known event
+    mixed = [event(stream, 1, lo=50.0, hi=51.0), event(stream, 9), batch[2]]
+    answer = client.post("/api/events", json=mixed, headers=as_role("analyst")).json()
+    assert (answer["accepted"], answer["duplicates"], answer["rejected"]) == (1, 1, 1)
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(0, "id")]
+    assert "conflict" in answer["errors"][0]["reason"]
+    assert ingested_after(store, keys, mark) == batch + [mixed[1]]
+    (dead,) = store.xrange(keys.dead, f"({dead_mark}", "+")
+    assert b"conflict" in dead[1][b"reason"] and json.loads(dead[1][b"raw"]) == mixed[0]
+    # a single event: a conflict is 409, a duplicate is taken once
+    single = client.post("/api/events", json=event(stream, 2, lo=7.0, hi=8.0), headers=as_role("analyst"))
+    assert single.status_code == 409 and single.json()["error"]["field"] == "id"
+    single = client.post("/api/events", json=batch[3], headers=as_role("analyst"))
+    assert single.status_code == 202 and (single.json()["accepted"], single.json()["duplicates"]) == (0, 1)
+    assert ingested_after(store, keys, mark) == batch + [mixed[1]]
+
+
+def test_an_event_twice_in_one_request_is_taken_once_and_other_content_in_it_is_a_conflict(client, as_role, store,
+                                                                                             keys):
+    (stream,) = fresh_streams(client, "S")
+    items = [event(stream, 0), event(stream, 1), event(stream, 0), event(stream, 1, lo=0.5), event(stream, 2)]
+    mark = last_id(store, keys.ingest)
+    answer = client.post("/api/events", json=items, headers=as_role("analyst")).json()
+    assert (answer["accepted"], answer["duplicates"], answer["rejected"]) == (3, 1, 1)
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(3, "id")]
+    assert "conflict" in answer["errors"][0]["reason"]
+    assert ingested_after(store, keys, mark) == [items[0], items[1], items[4]]
+
+
+def test_two_clients_posting_the_same_batch_at_once_append_it_once(api_server, client, tokens, store, keys):
+    (stream,) = fresh_streams(client, "S")
+    batches = [[event(stream, 100 * b + n, lo=float(n), hi=n + 1.0) for n in range(100)] for b in range(8)]
+    mark = last_id(store, keys.ingest)
+    answers: list[dict] = []
+
+    def post_all() -> None:
+        with httpx.Client(base_url=api_server.url, headers=bearer(tokens["analyst"]), timeout=30) as http:
+            for batch in batches:
+                answers.append(http.post("/api/events", json=batch).json())
+
+    threads = [threading.Thread(target=post_all) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(e["id"] for e in ingested_after(store, keys, mark)) == sorted(e["id"] for b in batches for e in b)
+    assert sum(a["accepted"] for a in answers) == 800 and sum(a["duplicates"] for a in answers) == 1600
 
 
 def test_the_dead_letter_stream_stays_within_its_memory_budget(settings, store):

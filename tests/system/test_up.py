@@ -41,7 +41,7 @@ from contract import Keys
 from penumbra.cli.processes import RedisServer, free_port
 from penumbra.cli.up import Supervisor, UpSettings
 from penumbra.engine import compile_query
-from penumbra.events import Streams, parse_event
+from penumbra.events import StreamParams, Streams, parse_event
 from tests.system.conftest import ROOT, Up, UpRun, alive, bearer, http, processes_of, stand_in, up_environment
 
 #: Spark's first start on a loaded two-core machine takes tens of seconds; allow minutes
@@ -104,7 +104,8 @@ def wait_matches(scenario: Scenario, count: int, query: str = QUERY_ID) -> list[
     deadline = time.monotonic() + MATCH_TIMEOUT
     with http(scenario.base) as client:
         while True:
-            answer = client.get(f"/api/queries/{query}/matches", headers=bearer(scenario.token))
+            answer = client.get(f"/api/queries/{query}/matches", params={"limit": 1000},
+                                headers=bearer(scenario.token))
             assert answer.status_code == 200, answer.text
             items = answer.json()["items"]
             if len(items) >= count:
@@ -251,6 +252,51 @@ def test_matches_reach_the_live_feed_and_a_threshold_patch_applies_to_what_comes
         assert [m["events"] for m in reversed(rest)] == [{"A": "c1", "B": "d1"}, {"A": "sa3", "B": "sb3"}]
         answer = client.delete(f"/api/queries/{TUNED_ID}", headers=headers)
         assert answer.status_code == 204, answer.text
+
+
+RETRIED = "SELECT * FROM upE A, upF B WHERE WINDOW(A, B) = 50 AND A.k = B.k WITH THRESHOLD 0.5"
+RETRIED_ID = "up-retried"
+
+
+def keyed_events(count: int) -> list[dict]:
+    """A and B events of ten key values, each B 5 after its A (a sure match on the key), in
+    order of max time, far after every other test's events."""
+    out = []
+    for i in range(count):
+        t = 10_000_000.0 + 100.0 * i
+        out += [{"stream": "upe", "id": f"e{i}", "ts": {"lo": t, "hi": t + 10}, "attrs": {"k": i % 10}},
+                {"stream": "upf", "id": f"f{i}", "ts": {"lo": t + 5, "hi": t + 15}, "attrs": {"k": i % 10}}]
+    return out
+
+
+@pytest.mark.slow
+def test_batches_posted_twice_give_each_match_once(scenario):
+    """A keyed join's events in batches of 50, a third of the batches posted again right
+    after (same ids, same content, no idempotency key): the matches are the core's over
+    the events posted once, none twice."""
+    scenario.needs("match")
+    events = keyed_events(300)
+    streams = Streams([StreamParams(name, pi=20) for name in ("upE", "upF")])
+    operator = compile_query(RETRIED, streams)
+    expected = [m.to_json() for m in operator.feed([parse_event(e, streams) for e in events]).matches]
+    expected += [m.to_json() for m in operator.flush().matches]
+    assert len(expected) == 300
+    with http(scenario.base) as client:
+        register_streams(client, scenario.token, "upE", "upF")
+        answer = client.post("/api/queries", json={"text": RETRIED, "id": RETRIED_ID}, headers=bearer(scenario.token))
+        assert answer.status_code == 201, answer.text
+        for n, start in enumerate(range(0, len(events), 50)):
+            batch = events[start:start + 50]
+            for attempt in range(2 if n % 3 == 0 else 1):
+                answer = client.post("/api/events", json=batch, headers=bearer(scenario.token)).json()
+                assert (answer["accepted"], answer["duplicates"]) == ((50, 0) if attempt == 0 else (0, 50))
+    found = wait_matches(scenario, len(expected), RETRIED_ID)
+    time.sleep(2.0)      # anything written twice would be there by now
+    found = wait_matches(scenario, len(expected), RETRIED_ID)
+    key = lambda m: (m["events"]["A"], m["events"]["B"])  # noqa: E731
+    assert sorted(map(key, found)) == sorted(map(key, expected)) and len(found) == len(expected)
+    by_pair = {key(m): m["prob"] for m in expected}
+    assert all(m["prob"] == pytest.approx(by_pair[key(m)], abs=1e-12) for m in found)
 
 
 @pytest.mark.slow

@@ -118,3 +118,30 @@ def test_the_shoplifting_example(capsys):
     assert set(found) == set(expected) and len(found) == 4
     for pair, p in expected.items():
         assert found[pair] == pytest.approx(p, rel=1e-12)
+
+
+def test_an_event_sent_again_is_taken_once_and_other_content_under_its_id_is_a_bad_line(capsys, tmp_path):
+    """Every third line of the example sent twice (a retried batch, keys reordered) gives the
+    example's matches; one id sent again with another timestamp stops at its line."""
+    lines = (EXAMPLE / "events.jsonl").read_text().splitlines()
+    again = []
+    for n, line in enumerate(lines):
+        again.append(line)
+        if n % 3 == 0:
+            again.append(json.dumps(dict(reversed(json.loads(line).items()))))
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join(again) + "\n")
+    code, once, _ = run(capsys, *example_args())
+    code_twice, out, err = run(capsys, "--query", QUERY, "--streams", str(EXAMPLE / "streams.json"),
+                               "--events", str(twice))
+    assert code == code_twice == 0 and err == "" and sorted(out.splitlines()) == sorted(once.splitlines())
+    code, out, _ = run(capsys, "--query", QUERY, "--streams", str(EXAMPLE / "streams.json"), "--events", str(twice),
+                       "--stats")
+    assert json.loads(out)["events"] == len(lines)
+    changed = json.loads(lines[4])
+    changed["attrs"] = {**changed.get("attrs", {}), "region": "elsewhere"}
+    conflict = tmp_path / "conflict.jsonl"
+    conflict.write_text("\n".join(lines + [json.dumps(changed)]) + "\n")
+    code, out, err = run(capsys, "--query", QUERY, "--streams", str(EXAMPLE / "streams.json"),
+                         "--events", str(conflict))
+    assert code == 2 and out == "" and f"conflict.jsonl:{len(lines) + 1}: id: conflict" in err

@@ -122,12 +122,13 @@ def test_oversize_line(streams):
 
 def test_a_batch_keeps_every_valid_event(streams):
     lines = [json.dumps(event(id="a")), "not json", json.dumps(event(id="b", ts={"lo": 2, "hi": 1})),
-             "", json.dumps(event(id="c")), json.dumps(event(id="a")),
-             json.dumps(event(id="a", stream="acoustic"))]
+             "", json.dumps(event(id="c")), json.dumps(event(id="a", stream="SEISMIC")),
+             json.dumps(event(id="a", attrs={"region": "south"})), json.dumps(event(id="a", stream="acoustic"))]
     events, rejected = read_events(lines, streams)
+    # line 6 says what line 1 said (the stream's name folds case): taken once; line 7 says otherwise
     assert [(e.stream, e.id) for e in events] == [("seismic", "a"), ("seismic", "c"), ("acoustic", "a")]
-    assert [(r.line, r.error.field) for r in rejected] == [(2, ""), (3, "ts.hi"), (6, "id")]
-    assert "duplicate id" in str(rejected[2])
+    assert [(r.line, r.error.field) for r in rejected] == [(2, ""), (3, "ts.hi"), (7, "id")]
+    assert "conflict" in str(rejected[2])
 
 
 def test_stream_parameters(streams):
@@ -189,14 +190,14 @@ def line(**changes) -> str:
 
 
 def test_a_block_of_lines_bytes_and_objects(streams):
-    raws = [line(id="a"), line(id="b").encode(), event(id="c"), "not json", line(id="a"),
+    raws = [line(id="a"), line(id="b").encode(), event(id="c"), "not json", line(id="a", ts={"lo": 1, "hi": 2}),
             line(id="a", stream="acoustic").encode(), b"\xff\xfe", None, [1], "", line(id="d", attrs=[])]
     events, rejected = parse_events(raws, streams)
     assert [(e.stream, e.id) for e in events] == [("seismic", "a"), ("seismic", "b"), ("seismic", "c"),
                                                   ("acoustic", "a")]
     assert [(index, error.field) for index, error in rejected] == [(3, ""), (4, "id"), (6, ""), (7, ""), (8, ""),
                                                                     (9, ""), (10, "attrs")]
-    assert "duplicate id" in str(rejected[1][1]) and "not UTF-8" in str(rejected[2][1])
+    assert "conflict" in str(rejected[1][1]) and "not UTF-8" in str(rejected[2][1])
     assert "got null" in str(rejected[3][1]) and "invalid JSON at column 1" in str(rejected[5][1])
     assert events[0] == parse_event(event(id="a"), streams) and events[1].template is None
 
@@ -315,7 +316,17 @@ anything = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_siz
 def test_a_block_of_anything_never_raises(raws):
     events, rejected = parse_events(raws, parse_streams(STREAMS))
     indices = [index for index, _ in rejected]
-    assert len(events) + len(rejected) == len(raws) and indices == sorted(set(indices))
+    # what is neither an event nor a rejection is a repeat of an identity that came before
+    repeats, seen = 0, set()
+    for raw in raws:
+        try:
+            item = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+            key = (item["stream"].casefold(), item["id"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        repeats += key in seen
+        seen.add(key)
+    assert 0 <= len(raws) - len(events) - len(rejected) <= repeats and indices == sorted(set(indices))
     assert all(isinstance(error, ValidationError) and str(error) for _, error in rejected)
     assert len({(e.stream.casefold(), e.id) for e in events}) == len(events)
 
@@ -456,3 +467,21 @@ def test_an_error_quotes_a_huge_input_only_in_part():
         parse_event({"stream": "s", "id": "a", "ts": {"lo": 1, "hi": 2}, "attrs": {"k" * 1_000_000: 1}})
     assert len(refused.value.field) <= 256 and len(refused.value.message) <= 1024
     assert "characters in all" in refused.value.field
+
+
+@pytest.mark.parametrize("first, again, same", [
+    ({"ts": {"lo": 1, "hi": 2}}, {"ts": {"hi": 2.0, "lo": 1.0}}, True),
+    ({"ts": {"lo": 1, "hi": 2}}, {"ts": {"lo": 1, "hi": 3}}, False),
+    ({"ts": {"edges": [0, 1, 2], "probs": [0.5, 0.5]}}, {"ts": {"edges": [0, 1, 2], "probs": [0.5, 0.5]}}, True),
+    ({"ts": {"edges": [0, 1, 2], "probs": [0.5, 0.5]}}, {"ts": {"edges": [0, 1, 2], "probs": [0.4, 0.6]}}, False),
+    ({"ts": {"detected": 50, "template": "s1"}}, {"ts": {"detected": 50, "template": "s1"}}, True),
+    ({"ts": {"detected": 50, "template": "s1"}}, {"ts": {"detected": 51, "template": "s1"}}, False),
+    ({"attrs": {"region": "north"}}, {"attrs": {"region": "south"}}, False),
+    ({"attrs": {"a": 1, "b": 2}}, {"attrs": {"b": 2, "a": 1}}, True),
+])
+def test_an_identity_sent_again_is_taken_once_or_is_a_conflict(streams, first, again, same):
+    events, rejected = parse_events([event(id="x", **first), event(id="x", **again), event(id="y")], streams)
+    if same:
+        assert [e.id for e in events] == ["x", "y"] and rejected == []
+    else:
+        assert [e.id for e in events] == ["x", "y"] and [(i, e.field) for i, e in rejected] == [(1, "id")]

@@ -1,0 +1,91 @@
+"""Event identity at the ingest (contract/identity.py, contract/ingest.py), in a real Redis:
+each (stream, id) is appended once; the same event again is a duplicate, other content a
+conflict; within one call, across calls, from many clients at once; remembered for a horizon
+and forgotten after two. The expectations are written out here, event by event."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import redis
+
+from contract.identity import BUCKETS, content_digest, identified, identity
+from contract.ingest import CONFLICT, DUPLICATE, append_events, ingest
+
+
+def event(stream: str, event_id: str, lo: float = 0.0, **attrs) -> dict:
+    return {"stream": stream, "id": event_id, "ts": {"lo": lo, "hi": lo + 1}, "attrs": attrs}
+
+
+def encoded(item: dict) -> bytes:
+    return json.dumps(item).encode()
+
+
+def ingested(client, keys) -> list[dict]:
+    return [json.loads(fields[b"e"]) for _, fields in client.xrange(keys.ingest)]
+
+
+def test_identity_and_content_digest_are_what_the_contract_says():
+    # the stream's case does not matter, the id's does; the order of a client's keys does not
+    assert identity("Seismic", "s-1") == identity("seismic", "s-1") != identity("seismic", "S-1")
+    assert identity("a", "b\x00c") != identity("a\x00b", "c")
+    first = {"stream": "Seismic", "id": "s-1", "ts": {"lo": 1, "hi": 2}, "attrs": {"a": 1, "b": 2}}
+    reordered = {"attrs": {"b": 2, "a": 1}, "ts": {"hi": 2, "lo": 1}, "id": "s-1", "stream": "seismic"}
+    assert content_digest(first) == content_digest(reordered)
+    assert content_digest(first) != content_digest({**first, "attrs": {"a": 1, "b": 3}})
+    assert content_digest({**first, "big": 2 ** 70}) != content_digest(first)     # beyond orjson, still a digest
+    assert 0 <= identified(first, b"").bucket < BUCKETS
+    assert identified([1, 2], b"x").identity is None and identified({"stream": 1, "id": "a"}, b"x").identity is None
+
+
+def test_each_identity_is_appended_once_within_a_call_and_across_calls(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    items = [event("S", "a"), event("S", "b"), event("S", "a"), event("s", "a"), event("T", "a"),
+             event("S", "b", lo=5.0)]
+    found = ingest(client, keys, [identified(item, encoded(item)) for item in items], horizon=3600)
+    assert [type(f).__name__ if isinstance(f, bytes) else f for f in found] == \
+        ["bytes", "bytes", DUPLICATE, DUPLICATE, "bytes", CONFLICT]
+    assert ingested(client, keys) == [items[0], items[1], items[4]]
+    # the same batch again: nothing appended; what is new in it is
+    again = items[:2] + [event("S", "c")]
+    found = ingest(client, keys, [identified(item, encoded(item)) for item in again], horizon=3600)
+    assert found[:2] == [DUPLICATE, DUPLICATE] and isinstance(found[2], bytes)
+    assert ingested(client, keys) == [items[0], items[1], items[4], again[2]]
+    # entries that name no identity always go (the job rejects them)
+    assert len(append_events(client, [b"{not json", b"[1]", b"{not json"], keys)) == 3
+    client.close()
+
+
+def test_identities_are_remembered_for_a_horizon_and_forgotten_after_two(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    horizon = 100.0
+    first = int(time.time() // horizon) + 10     # a generation to come (its keys expire after it)
+    start = first * horizon
+    item = identified(event("S", "a"), encoded(event("S", "a")))
+    assert isinstance(ingest(client, keys, [item], horizon, now=start + 99)[0], bytes)
+    assert ingest(client, keys, [item], horizon, now=start + 100) == [DUPLICATE]    # the previous generation
+    assert ingest(client, keys, [item], horizon, now=start + 199) == [DUPLICATE]
+    assert isinstance(ingest(client, keys, [item], horizon, now=start + 200)[0], bytes)  # forgotten
+    # each generation's hashes expire once the next one has passed
+    assert client.expiretime(keys.identities(first) + str(item.bucket)) == int(start + 2 * horizon) + 60
+    client.close()
+
+
+def test_many_clients_sending_the_same_events_at_once_append_each_once(redis_server, keys):
+    items = [encoded(event("S", f"e{n}", lo=float(n))) for n in range(400)]
+    appended: list[int] = []
+
+    def client_sends() -> None:
+        with redis.Redis.from_url(redis_server.url) as client:
+            appended.append(len(append_events(client, items, keys)))
+
+    threads = [threading.Thread(target=client_sends) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    with redis.Redis.from_url(redis_server.url) as client:
+        assert [e["id"] for e in ingested(client, keys)] == [f"e{n}" for n in range(400)]
+    assert sum(appended) == 400
