@@ -20,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from .config import Settings
 from .deps import Service
 from .errors import install_error_handlers
+from .idempotency import Idempotency
 from .limits import AccessLog, BodySizeLimit, WriteRateLimit
 from .live import Hub
 from .models import EventIn
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(WriteRateLimit)
     app.add_middleware(HtmlPolicy)
+    app.add_middleware(Idempotency)     # a replayed answer counts against no limit
     app.add_middleware(BodySizeLimit, limit=settings.max_body_bytes)
     app.add_middleware(AccessLog)
 

@@ -113,6 +113,10 @@ class Keys:
         """The prefix of a generation's identity hashes (``<prefix><bucket>``: contract/identity.py)."""
         return f"{self.prefix}:ids:{generation}:"
 
+    def idempotency(self, owner: str, key: str) -> str:
+        """The answer kept for a token's ``Idempotency-Key`` (backend/idempotency.py)."""
+        return f"{self.prefix}:idem:{owner}:{key}"
+
     def rate(self, who: str, slot: int) -> str:
         return f"{self.prefix}:rate:{who}:{slot}"
 
