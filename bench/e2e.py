@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -45,14 +46,15 @@ class Up:
     """``penumbra up`` as a :class:`Child`, its output in ``up.log``, stopped by its pid
     (SIGTERM, then SIGKILL of its group)."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, extra: Sequence[str] = (), extra_env: dict[str, str] | None = None):
         self.port, self.redis_port = free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PENUMBRA_")}
         env.update(PENUMBRA_HOME=str(home), PENUMBRA_PORT=str(self.port), PENUMBRA_REDIS_PORT=str(self.redis_port),
                    PENUMBRA_TRIGGER_SECONDS="0", PENUMBRA_INGEST_RATE_LIMIT="100000",
                    PENUMBRA_RESULT_MAXLEN="10000000", PYTHONPATH=str(ROOT))
-        self.child = Child("up", "penumbra up", [sys.executable, "-m", "penumbra", "up"], home / "up.log", env, ROOT,
-                           stop_seconds=240).start()
+        env.update(extra_env or {})
+        self.child = Child("up", "penumbra up", [sys.executable, "-m", "penumbra", "up", *extra], home / "up.log", env,
+                           ROOT, stop_seconds=240).start()
 
     @property
     def lines(self) -> list[str]:

@@ -64,6 +64,9 @@ def build_session(settings: JobSettings) -> SparkSession:
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                .config("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+               # one memory budget for every state store of the process, write buffers within it
+               .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
+               .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb))
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.executorEnv.PYTHONPATH", package_root)
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false"))
