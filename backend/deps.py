@@ -66,11 +66,6 @@ class Service:
         """The registry's version, queries and stream parameters (:meth:`Registry.snapshot`)."""
         return self.registry.snapshot()
 
-    def identity_horizon(self, streams: Streams) -> float:
-        """Seconds the ingest remembers an identity at least: the setting, never shorter than
-        the longest max_delay of the registered streams (read as seconds)."""
-        return max([self.settings.identity_horizon] + [params.max_delay for params in streams.values()])
-
     def streams(self) -> Streams:
         """The registered stream parameters, decoded once per registry version."""
         version = self.registry.version()

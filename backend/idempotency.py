@@ -9,10 +9,15 @@ request (method, path or body) is a 422 that says so. Keys are kept 24 hours, pe
 once: the first takes a lease on the key (``SET NX``); the other waits for its answer, and
 if the lease runs out (its process died) the key is free again.
 
-What is kept: the answers the route gave (2xx, and 4xx but 401, 403, 408 and 429, which say
-nothing about the request's work: a retry after them should go through); a 5xx or an answer
-over :data:`MAX_KEPT_BYTES` releases the key, so a retry does the work (events are taken
-once by their identity in any case).
+Only a request whose token is valid claims a key (one that is not goes on to its 401,
+keeping nothing), so keys cost Redis memory only within a token's write rate limit. What is
+kept: the answers the route gave (2xx, and 4xx but 401, 403, 408 and 429, which say nothing
+about the request's work: a retry after them should go through); a 5xx or an answer over
+:data:`MAX_KEPT_BYTES` releases the key, so a retry does the work (events are taken once by
+their identity in any case). ``POST /api/tokens`` takes no key: its answer holds a new
+token's secret, which Redis never keeps. A request cut off while its body was coming claims
+nothing. A lease belongs to its request: one that outlives its lease (over a minute) does not
+overwrite what a later request with the key settled.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import secrets
 import time
 
 import orjson
@@ -28,7 +34,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
-from .security import token_id
 
 __all__ = ["HEADER", "Idempotency", "KEEP_SECONDS"]
 
@@ -52,12 +57,15 @@ class Idempotency:
     ``Keys.idempotency``."""
 
     METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+    #: Routes whose answers are never kept (a token's secret).
+    EXEMPT = frozenset({"/api/tokens"})
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in self.METHODS or not scope["path"].startswith("/api/"):
+        if (scope["type"] != "http" or scope["method"] not in self.METHODS or not scope["path"].startswith("/api/")
+                or scope["path"] in self.EXEMPT):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
@@ -72,20 +80,28 @@ class Idempotency:
             return
         service = scope["app"].state.service
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        owner = token_id(token.strip()) if scheme.lower() == "bearer" and token.strip() else "anonymous"
-        body = await _read_body(receive)
-        fingerprint = hashlib.sha256(b"%s %s\n%s" % (scope["method"].encode(), scope["path"].encode(), body)).hexdigest()
-        record_key = service.keys.idempotency(owner, key)
+        token = token.strip() if scheme.lower() == "bearer" else ""
         try:
-            kept = await run_in_threadpool(_claim, service.redis, record_key, fingerprint)
+            owner = await run_in_threadpool(_owner, service, token)
+        except redis.RedisError:
+            owner = None  # the route itself answers 503 while Redis is away
+        body = await _read_body(receive)
+        if body is None:
+            return                              # the client went away before its body came
+        if owner is None:                       # no valid token: the route answers 401, nothing kept
+            await self._answer(scope, body, send, service, "", "", None)
+            return
+        fingerprint = hashlib.sha256(b"%s %s?%s\n%s" % (scope["method"].encode(), scope["path"].encode(),
+                                                         scope.get("query_string", b""), body)).hexdigest()
+        record_key = service.keys.idempotency(owner, key)
+        lease = orjson.dumps({"state": "running", "fingerprint": fingerprint, "lease": secrets.token_hex(8)})
+        try:
+            kept = await run_in_threadpool(_claim, service.redis, record_key, lease)
             while kept is not None and kept["state"] == "running" and kept["fingerprint"] == fingerprint:
                 await asyncio.sleep(0.05)       # the same request is being answered: wait for its answer
-                kept = await run_in_threadpool(_claim, service.redis, record_key, fingerprint)
+                kept = await run_in_threadpool(_claim, service.redis, record_key, lease)
         except redis.RedisError:
-            kept = None  # the route itself answers 503 while Redis is away
-            claimed = False
-        else:
-            claimed = kept is None
+            kept, lease = None, None            # the route itself answers 503 while Redis is away
         if kept is not None:
             if kept["fingerprint"] != fingerprint:
                 await error_response(422, "this Idempotency-Key was used with another request (method, path or "
@@ -94,10 +110,11 @@ class Idempotency:
                 return
             await _replay(kept, send)
             return
-        await self._answer(scope, body, send, service, record_key, fingerprint, claimed)
+        await self._answer(scope, body, send, service, record_key, fingerprint, lease)
 
     async def _answer(self, scope: Scope, body: bytes, send: Send, service, record_key: str, fingerprint: str,
-                      claimed: bool) -> None:
+                      lease: bytes | None) -> None:
+        """Run the route on the body read, and settle the key's lease (if held) with its answer."""
         status, response_headers, chunks, size = 500, [], [], 0
         sent_body = False
 
@@ -123,47 +140,64 @@ class Idempotency:
             await self.app(scope, replayed_receive, kept_send)
             done = True
         finally:
-            if claimed:
+            if lease is not None:
                 keep = done and status < 500 and status not in NOT_KEPT and size <= MAX_KEPT_BYTES
                 record = {"state": "done", "fingerprint": fingerprint, "status": status,
                           "headers": [[base64.b64encode(k).decode(), base64.b64encode(v).decode()]
                                       for k, v in response_headers if k.lower() not in _FRESH],
                           "body": base64.b64encode(b"".join(chunks)).decode(), "at": time.time()} if keep else None
                 try:
-                    await run_in_threadpool(_settle, service.redis, record_key, record)
+                    await run_in_threadpool(_settle, service.redis, record_key, lease, record)
                 except redis.RedisError:
                     pass  # the lease runs out on its own
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client went away before it came."""
     chunks = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return None
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
 
 
-def _claim(client: redis.Redis, record_key: str, fingerprint: str) -> dict | None:
-    """Take the lease on the key (None), or what the key holds: a request running, or its answer."""
-    lease = orjson.dumps({"state": "running", "fingerprint": fingerprint})
-    if client.set(record_key, lease, nx=True, ex=LEASE_SECONDS):
+def _owner(service, token: str) -> str | None:
+    """The id of the request's token when it is valid (no failure is counted here: the route
+    does that), else None."""
+    if not token:
         return None
-    found = client.get(record_key)
-    if found is None:        # the lease ran out between the two calls: try again
-        return _claim(client, record_key, fingerprint)
-    return orjson.loads(found)
+    service.bootstrap()
+    principal = service.tokens.check(token)
+    return principal.id if principal is not None else None
 
 
-def _settle(client: redis.Redis, record_key: str, record: dict | None) -> None:
-    """Keep the answer for the key, or release the key."""
-    if record is None:
-        client.delete(record_key)
-    else:
-        client.set(record_key, orjson.dumps(record), ex=KEEP_SECONDS)
+def _claim(client: redis.Redis, record_key: str, lease: bytes) -> dict | None:
+    """Take the lease on the key (None), or what the key holds: a request running, or its answer."""
+    while True:
+        if client.set(record_key, lease, nx=True, ex=LEASE_SECONDS):
+            return None
+        found = client.get(record_key)
+        if found is not None:    # else the lease ran out between the two calls: try again
+            return orjson.loads(found)
+
+
+# Settle a lease only if it is still this request's (a request that outlived its lease
+# leaves alone what a later one settled): KEYS[1] the key; ARGV: the lease, the answer kept
+# ("" to release the key), seconds to keep it.
+_SETTLE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3]) end
+return 1
+"""
+
+
+def _settle(client: redis.Redis, record_key: str, lease: bytes, record: dict | None) -> None:
+    """Keep the answer for the key, or release the key, if the lease is still ours."""
+    client.register_script(_SETTLE)(keys=[record_key],
+                                    args=[lease, orjson.dumps(record) if record else b"", KEEP_SECONDS])
 
 
 async def _replay(kept: dict, send: Send) -> None:

@@ -76,7 +76,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
                            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+                           expose_headers=["Idempotent-Replayed", "Retry-After"])
     app.add_middleware(WriteRateLimit)
     app.add_middleware(HtmlPolicy)
     app.add_middleware(Idempotency)     # a replayed answer counts against no limit

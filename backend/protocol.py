@@ -4,7 +4,8 @@ headers.
 uvicorn waits for a request's headers as long as the client likes: 3,000 connections that
 each send half a header hold 3,000 sockets for good. Here a request's headers must be
 complete within ``header_timeout`` seconds of its first byte (or of the connection, for a
-client that sends nothing); otherwise it is answered 408 and closed. Between requests, the
+client that sends nothing); otherwise it is answered 408 and closed (a connection that sent
+nothing is closed without an answer). Between requests, the
 keep-alive timeout closes an idle connection as before.
 """
 
@@ -28,6 +29,7 @@ class _HeaderTimeout(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
+        self._begun = False
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -36,11 +38,13 @@ class _HeaderTimeout(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._begun = True
         if self._header_timer is None:
             self._arm()
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._begun = False
         super().on_headers_complete()
 
     def _arm(self) -> None:
@@ -53,9 +57,14 @@ class _HeaderTimeout(HttpToolsProtocol):
 
     def _too_late(self) -> None:
         self._header_timer = None
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        # a 408 only where it answers a request begun and no other answer is under way
+        # (pipelined); a connection that sent nothing is just closed
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and self._begun:
             self.transport.write(TIMED_OUT)
-            self.transport.close()
+        self.transport.close()
 
 
 def with_header_timeout(seconds: float) -> type[HttpToolsProtocol]:

@@ -74,7 +74,9 @@ def processes(home: Path) -> dict[str, int]:
                        if line.startswith("VmRSS:"))
         except (OSError, StopIteration, ValueError):
             continue
-        kind = next((name for name, word in KINDS if word in command), "other")
+        kind = next((name for name, word in KINDS if word in command), None)
+        if kind is None:
+            kind = "other: " + Path(command.split(" ", 1)[0]).name
         out[kind] = out.get(kind, 0) + rss
     return out
 
@@ -210,8 +212,8 @@ def main() -> None:
                                              "PENUMBRA_IDENTITY_HORIZON_HOURS": "0.1"})
         threads: list = []
         try:
-            token = up.ready()
             started = time.monotonic()
+            token = up.ready()
             report.say(f"penumbra up --demo ready in {time.monotonic() - started:.0f} s")
             headers = {"Authorization": f"Bearer {token}"}
             for name in ("soakA", "soakB"):

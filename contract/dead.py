@@ -12,6 +12,7 @@ a few letters.
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 import redis
@@ -22,6 +23,8 @@ __all__ = ["DEAD_MAX_MB", "DEAD_SAMPLES", "queue_dead", "trim_dead"]
 
 #: The default memory budget of the stream, MB (``PENUMBRA_DEAD_MAX_MB``).
 DEAD_MAX_MB = 256
+
+log = logging.getLogger("penumbra.dead")
 
 #: Stream nodes ``MEMORY USAGE`` samples to estimate the stream's size.
 DEAD_SAMPLES = 16
@@ -39,10 +42,14 @@ def queue_dead(pipe: redis.client.Pipeline, keys: Keys, letters: Iterable[dict],
 
 def trim_dead(client: redis.Redis, keys: Keys, max_bytes: int) -> int:
     """Trim the oldest dead letters until the stream uses about ``max_bytes`` of Redis's
-    memory at most; how many went."""
-    used = client.memory_usage(keys.dead, samples=DEAD_SAMPLES)
-    if not used or used <= max_bytes:
+    memory at most; how many went. Best effort, after the writer's work is committed: a
+    Redis error here fails nothing (the next write trims)."""
+    try:
+        used = client.memory_usage(keys.dead, samples=DEAD_SAMPLES)
+        if not used or used <= max_bytes:
+            return 0
+        length = client.xlen(keys.dead)
+        return client.xtrim(keys.dead, maxlen=int(length * max_bytes / used), approximate=False)
+    except redis.RedisError as error:
+        log.warning("trimming the dead-letter stream failed (%s); the next write trims", error)
         return 0
-    length = client.xlen(keys.dead)
-    keep = int(length * max_bytes / used)
-    return client.xtrim(keys.dead, maxlen=keep, approximate=False)

@@ -19,25 +19,27 @@ remembered identity is a 12-byte hash of (stream, id) and an 8-byte digest of th
 about 28 bytes of Redis memory up to two million identities a generation and 74 beyond
 (docs/redis.md).
 
-Stream names compare case-insensitively (as in queries), so the identity and the content
-digest take the stream name case-folded. The content is the event's JSON with its keys
-sorted (so that the order of a client's keys does not make a conflict). Within one
-request (or one file of ``penumbra eval``) the core's parser takes each identity once
-already (:func:`penumbra.events.codec.same_content`); this module carries the rule across
-requests, clients and restarts.
+Stream names compare case-insensitively (as in queries), so the identity takes the stream
+name case-folded. The content is what the parsed event says (the core's
+:func:`~penumbra.events.content_of`: timestamp as sent, attributes with their JSON kinds),
+so the order of a client's keys or ``1`` against ``1.0`` in a timestamp makes no
+conflict. Within one request (or one file of ``penumbra eval``) the core's parser takes
+each identity once already by the same rule; this module carries it across requests,
+clients and restarts. Generations are numbered by Redis's clock (``TIME`` in the script),
+so writers on other hosts agree on them.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
-import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 
-__all__ = ["BUCKETS", "CONFLICT_REASON", "DEFAULT_HORIZON_HOURS", "Identified", "content_digest", "generation",
-           "identified", "identity"]
+from penumbra.events import Event, content_of
+
+__all__ = ["BUCKETS", "CONFLICT_REASON", "DEFAULT_HORIZON_HOURS", "Identified", "content_digest", "identified",
+           "identity"]
 
 #: Why an event whose identity came before with other content is refused.
 CONFLICT_REASON = ("conflict: an event of this stream with this id was accepted before with other content "
@@ -67,31 +69,22 @@ def identity(stream: str, event_id: str) -> bytes:
     return hashlib.blake2b(key, digest_size=IDENTITY_BYTES, person=b"pn-identity").digest()
 
 
-def content_digest(event: dict) -> bytes:
-    """A 64-bit digest of the event's content: its JSON with sorted keys, the stream case-folded."""
-    stream = event.get("stream")
-    if isinstance(stream, str):
-        event = {**event, "stream": stream.casefold()}
+def content_digest(event: Event) -> bytes:
+    """A 64-bit digest of what a parsed event says beyond its identity (the core's
+    :func:`~penumbra.events.content_of`: the one rule for "the same content" within a block
+    and across requests alike)."""
+    content = content_of(event)
     try:
-        canonical = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # what orjson does not write (an integer beyond 64 bits, a lone surrogate)
-        import json
-
-        canonical = json.dumps(event, sort_keys=True, separators=(",", ":")).encode()
+        canonical = orjson.dumps(content)
+    except TypeError:  # what orjson does not write (an integer beyond 64 bits)
+        canonical = repr(content).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(canonical, digest_size=DIGEST_BYTES, person=b"pn-content").digest()
 
 
-def identified(event: Any, payload: bytes) -> Identified:
-    """``event`` (the decoded JSON) and ``payload`` (what goes to the ingest stream) with its
-    identity; an entry that is no object with a string stream and id has none."""
-    if isinstance(event, dict):
-        stream, event_id = event.get("stream"), event.get("id")
-        if isinstance(stream, str) and isinstance(event_id, str):
-            key = identity(stream, event_id)
-            return Identified(key, int.from_bytes(key[:4], "big") % BUCKETS, content_digest(event), payload)
-    return Identified(None, 0, b"", payload)
-
-
-def generation(horizon: float, now: float | None = None) -> int:
-    """The generation of identities ingested at ``now`` (seconds since the epoch)."""
-    return math.floor((time.time() if now is None else now) / horizon)
+def identified(event: Event | None, payload: bytes) -> Identified:
+    """A parsed event on its way to the ingest stream as ``payload``, with its identity;
+    None (an entry that is not a valid event: the job rejects it) has none."""
+    if event is None:
+        return Identified(None, 0, b"", payload)
+    key = identity(event.stream, event.id)
+    return Identified(key, int.from_bytes(key[:4], "big") % BUCKETS, content_digest(event), payload)

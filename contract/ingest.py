@@ -17,9 +17,11 @@ from typing import Iterable, Sequence
 
 import redis
 
+from penumbra.events import Event, Streams, parse_event_lines, parse_streams
+
 from .dead import queue_dead
 from .entries import EVENT_FIELD, control_entry, rejected_letter
-from .identity import CONFLICT_REASON, DEFAULT_HORIZON_HOURS, Identified, generation, identified
+from .identity import CONFLICT_REASON, DEFAULT_HORIZON_HOURS, Identified, identified
 from .keys import Keys
 
 __all__ = ["CONFLICT", "DUPLICATE", "append_events", "end_of_input", "ingest"]
@@ -33,24 +35,29 @@ SCRIPT_CHUNK = 2000
 #: settings' default; the service and the job pass theirs).
 DEAD_MAXLEN = 100_000
 
-# KEYS[1]: the ingest stream. ARGV[1], ARGV[2]: the key prefixes of the current and the
-# previous generation of identities; ARGV[3]: when the current one expires (seconds since
-# the epoch); then four per event: bucket, identity ("" for none), digest, JSON.
-# Answers per event: its entry id, 0 for a duplicate, -1 for a conflict.
+# KEYS[1]: the ingest stream. ARGV[1]: the prefix of the identity hashes; ARGV[2]: the
+# horizon in seconds; then four per event: bucket, identity ("" for none), digest, JSON.
+# Generations are numbered by Redis's clock. Answers per event: its entry id, 0 for a
+# duplicate, -1 for a conflict.
 _INGEST = """
+local horizon = tonumber(ARGV[2])
+local generation = math.floor(tonumber(redis.call('TIME')[1]) / horizon)
+local current = ARGV[1] .. string.format('%%d', generation) .. ':'
+local previous = ARGV[1] .. string.format('%%d', generation - 1) .. ':'
+local expire = string.format('%%d', math.floor((generation + 2) * horizon) + 60)
 local out = {}
-for i = 4, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local key = ARGV[i + 1]
   if key == '' then
     out[#out + 1] = redis.call('XADD', KEYS[1], '*', '%(field)s', ARGV[i + 3])
   else
-    local current = ARGV[1] .. ARGV[i]
-    local known = redis.call('HGET', current, key)
-    if not known then known = redis.call('HGET', ARGV[2] .. ARGV[i], key) end
+    local bucket = current .. ARGV[i]
+    local known = redis.call('HGET', bucket, key)
+    if not known then known = redis.call('HGET', previous .. ARGV[i], key) end
     if not known then
       out[#out + 1] = redis.call('XADD', KEYS[1], '*', '%(field)s', ARGV[i + 3])
-      redis.call('HSET', current, key, ARGV[i + 2])
-      if redis.call('HLEN', current) == 1 then redis.call('EXPIREAT', current, ARGV[3]) end
+      redis.call('HSET', bucket, key, ARGV[i + 2])
+      if redis.call('HLEN', bucket) == 1 then redis.call('EXPIREAT', bucket, expire) end
     elseif known == ARGV[i + 2] then
       out[#out + 1] = 0
     else
@@ -62,33 +69,42 @@ return out
 """ % {"field": EVENT_FIELD}
 
 
-def ingest(client: redis.Redis, keys: Keys, events: Sequence[Identified], horizon: float,
-           now: float | None = None) -> list[bytes | int]:
+def ingest(client: redis.Redis, keys: Keys, events: Sequence[Identified], horizon: float) -> list[bytes | int]:
     """Append ``events`` to the ingest stream in order, each identity once, in one atomic
     call; per event its entry id, or :data:`DUPLICATE` or :data:`CONFLICT`. ``horizon``:
-    seconds an identity is remembered at least."""
+    seconds an identity is remembered at least (every writer must use the same)."""
     if not events:
         return []
-    current = generation(horizon, now)
-    args: list = [keys.identities(current), keys.identities(current - 1), int((current + 2) * horizon) + 60]
+    args: list = [keys.identities, repr(float(horizon))]
     for event in events:
         args += (event.bucket, event.identity or b"", event.digest, event.payload)
     return client.register_script(_INGEST)(keys=[keys.ingest], args=args)
 
 
+def registered_streams(client: redis.Redis, keys: Keys) -> Streams:
+    """The stream parameters registered now (what the job validates events with)."""
+    return parse_streams({name.decode(): json.loads(params) for name, params in client.hgetall(keys.streams).items()})
+
+
 def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys = Keys(),
-                  horizon: float = DEFAULT_HORIZON_HOURS * 3600.0) -> list[bytes]:
+                  horizon: float = DEFAULT_HORIZON_HOURS * 3600.0, streams: Streams | None = None) -> list[bytes]:
     """Append events (JSON each) to the ingest stream in order, each identity once; the entry
-    ids of those appended. Nothing is validated here (the job rejects what is invalid), so
-    the first content of an identity is the one kept, valid or not: another content under
-    it later is a conflict, kept as a dead letter (``source`` = ``ingest``)."""
+    ids of those appended. Each is parsed by the core against ``streams`` (default: those
+    registered): a valid event has its identity, an invalid entry none (it goes as it is:
+    the job rejects it, and it takes no identity from a valid event sent later). Another
+    content under a known identity is a conflict, kept as a dead letter (``source`` =
+    ``ingest``)."""
+    streams = registered_streams(client, keys) if streams is None else streams
     ids: list[bytes] = []
-    chunk: list[Identified] = []
+    chunk: list[bytes] = []
 
     def flush() -> None:
-        found = ingest(client, keys, chunk, horizon)
+        parsed = parse_event_lines(chunk, streams)
+        items = [identified(event if isinstance(event, Event) else None, payload)
+                 for event, payload in zip(parsed, chunk)]
+        found = ingest(client, keys, items, horizon)
         ids.extend(entry for entry in found if isinstance(entry, bytes))
-        conflicts = [event.payload for event, entry in zip(chunk, found) if entry == CONFLICT]
+        conflicts = [item.payload for item, entry in zip(items, found) if entry == CONFLICT]
         if conflicts:
             pipe = client.pipeline(transaction=True)
             queue_dead(pipe, keys, (rejected_letter(CONFLICT_REASON, payload, time.time(), source="ingest")
@@ -98,12 +114,7 @@ def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys
         chunk.clear()
 
     for line in events:
-        payload = line.encode() if isinstance(line, str) else line
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            event = None
-        chunk.append(identified(event, payload))
+        chunk.append(line.encode() if isinstance(line, str) else line)
         if len(chunk) == SCRIPT_CHUNK:
             flush()
     if chunk:

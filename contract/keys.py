@@ -109,9 +109,10 @@ class Keys:
     def tokens_bootstrap(self) -> str:
         return f"{self.prefix}:tokens:bootstrap"
 
-    def identities(self, generation: int) -> str:
-        """The prefix of a generation's identity hashes (``<prefix><bucket>``: contract/identity.py)."""
-        return f"{self.prefix}:ids:{generation}:"
+    @property
+    def identities(self) -> str:
+        """The prefix of the identity hashes, ``<prefix><generation>:<bucket>`` (contract/identity.py)."""
+        return f"{self.prefix}:ids:"
 
     def idempotency(self, owner: str, key: str) -> str:
         """The answer kept for a token's ``Idempotency-Key`` (backend/idempotency.py)."""

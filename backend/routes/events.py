@@ -20,7 +20,7 @@ from contract.identity import CONFLICT_REASON, identified
 from contract.ingest import CONFLICT, DUPLICATE
 from contract.ingest import ingest as append_once
 from penumbra.errors import ValidationError
-from penumbra.events import loads, parse_events
+from penumbra.events import admit_events, loads
 
 from ..deps import AnalystDep, Service, ServiceDep
 from ..errors import ApiError
@@ -49,26 +49,15 @@ def decode_body(body: bytes):
         raise ApiError(400, str(error), field="body") from None
 
 
-def _of_registered_streams(events: list, rejected: list, streams) -> tuple[list, list]:
-    """The events of registered streams whose timestamps are no longer than their stream's
-    pi; the others join the rejected, at their index in the request, with the reason."""
-    # parse_events keeps the valid events in request order, between the rejected ones
-    bad = {index for index, _ in rejected}
-    indices = (index for index in range(len(events) + len(rejected)) if index not in bad)
-    kept = []
-    for index, event in zip(indices, events):
-        params = streams.get(event.stream)
-        if params is None:
-            problem = ValidationError("stream", f"stream {event.stream!r} is not registered "
-                                                f"(an admin registers it with PUT /api/streams/{{name}})")
-        else:
-            too_wide = params.too_wide(event.ts.length) if params.pi is not None else None
-            problem = ValidationError("ts", too_wide) if too_wide else None
-        if problem is None:
-            kept.append(event)
-        else:
-            rejected.append((index, problem))
-    return kept, sorted(rejected, key=lambda pair: pair[0])
+def _registered_problem(event, streams) -> ValidationError | None:
+    """Why an event the core found valid is refused here: its stream is not registered, or
+    its timestamp is longer than the stream's pi."""
+    params = streams.get(event.stream)
+    if params is None:
+        return ValidationError("stream", f"stream {event.stream!r} is not registered "
+                                         f"(an admin registers it with PUT /api/streams/{{name}})")
+    too_wide = params.too_wide(event.ts.length) if params.pi is not None else None
+    return ValidationError("ts", too_wide) if too_wide else None
 
 
 def ingest(service: Service, who: Principal, body: bytes) -> dict:
@@ -82,22 +71,23 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
         raise ApiError(422, f"too many events: {len(items)}, at most {limit} per request", field="body",
                        limit=limit)
     streams = service.streams()
-    events, rejected = parse_events(items, streams)
-    repeated = len(items) - len(events) - len(rejected)     # sent twice in the request: taken once
-    events, rejected = _of_registered_streams(events, rejected, streams)
+    # each item's fate: an event (the first of its identity), the index of the first (a
+    # repeat with the same content), or why it is refused (invalid, a conflict, a stream not
+    # registered, too wide); a repeat shares its first's fate
+    fates = admit_events(items, streams)
+    for index, fate in enumerate(fates):
+        if isinstance(fate, int):
+            first = fates[fate]
+            fates[index] = first if isinstance(first, ValidationError) else fate
+        elif not isinstance(fate, ValidationError):
+            fates[index] = _registered_problem(fate, streams) or fate
+    rejected = [(index, fate) for index, fate in enumerate(fates) if isinstance(fate, ValidationError)]
+    repeated = sum(1 for fate in fates if isinstance(fate, int))
+    valid = [index for index, fate in enumerate(fates) if not isinstance(fate, (int, ValidationError))]
     keys, now = service.keys, time.time()
-    # the first of each identity, in request order (parse_events left the repeats out)
-    bad, firsts = {index for index, _ in rejected}, set()
-    valid = []
-    for index in range(len(items)):
-        if index not in bad:
-            key = (items[index]["stream"].casefold(), items[index]["id"])
-            if key not in firsts:
-                firsts.add(key)
-                valid.append(index)
-    # each identity once, atomically: a duplicate is skipped, a conflict refused
-    found = append_once(service.redis, keys, [identified(items[i], encode(items[i])) for i in valid],
-                        service.identity_horizon(streams), now)
+    # each identity once across requests, atomically: a duplicate is skipped, a conflict refused
+    found = append_once(service.redis, keys, [identified(fates[i], encode(items[i])) for i in valid],
+                        service.settings.identity_horizon)
     ids = [entry for entry in found if isinstance(entry, bytes)]
     duplicates = repeated + found.count(DUPLICATE)
     conflicts = [(index, ValidationError("id", CONFLICT_REASON)) for index, entry in zip(valid, found)

@@ -143,8 +143,10 @@ class RedisSink:
 
         from contract.ingest import append_events
         from contract.keys import Keys
+        from contract.settings import SharedSettings
 
         self.append_events = append_events
+        self.horizon = SharedSettings().identity_horizon   # as every writer of the ingest
         self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         self.keys = Keys(prefix)
         self.errors = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -160,7 +162,7 @@ class RedisSink:
         attempt = 0
         while True:
             try:
-                appended = len(self.append_events(self.client, lines, self.keys))
+                appended = len(self.append_events(self.client, lines, self.keys, self.horizon))
                 tally.accepted += appended
                 tally.duplicates += len(lines) - appended
                 return

@@ -10,6 +10,7 @@ are stopped by their process ids.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -127,12 +128,13 @@ def registrable(text: str, streams: dict, lines: Sequence[str]) -> dict:
                 item = json.loads(line)
                 ts, stream = item["ts"], item["stream"].casefold()
                 if stream in longest:
-                    span = ts["hi"] - ts["lo"] if "hi" in ts else ts["edges"][-1] - ts["edges"][0]
-                    longest[stream] = max(longest[stream], float(span))
+                    span = float(ts["hi"] - ts["lo"] if "hi" in ts else ts["edges"][-1] - ts["edges"][0])
+                    if math.isfinite(span):
+                        longest[stream] = max(longest[stream], span)
             except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 continue  # the job rejects it as the core does
         for key, name in unbounded.items():
-            out[name]["pi"] = longest[key]
+            out[name]["pi"] = max(longest[key], float(out[name].get("rho") or 0.0))
     return out
 
 

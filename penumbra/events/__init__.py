@@ -14,14 +14,15 @@ the checks that make one, :mod:`.codec` the reading of JSON text (lines, blocks,
 
 # the service imports ``loads`` and the tests ``MAX_ATTRS`` from here; as before, neither is in __all__
 from .codec import (
-    Rejected, collector_paused, load_events, load_streams, loads, parse_event_line, parse_event_lines, parse_events,
-    read_events,
+    Rejected, admit_events, collector_paused, content_of, load_events, load_streams, loads, parse_event_line,
+    parse_event_lines, parse_events, read_events,
 )
 from .model import MAX_ATTRS, Event, event_to_json, parse_event
 from .streams import GAP_FAMILIES, StreamParams, Streams, gap_problem, parse_streams
 
 __all__ = [
-    "Event", "GAP_FAMILIES", "Rejected", "StreamParams", "Streams", "collector_paused", "event_to_json",
+    "Event", "GAP_FAMILIES", "Rejected", "StreamParams", "Streams", "admit_events", "collector_paused", "content_of",
+    "event_to_json",
     "gap_problem", "load_events", "load_streams", "parse_event", "parse_event_line", "parse_event_lines",
     "parse_events", "parse_streams", "read_events",
 ]

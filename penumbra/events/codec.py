@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import ValidationError
+from ..timestamps import Histogram
 from .model import Event, _TemplateBlock, _event
 from .streams import Streams, parse_streams
 
@@ -25,8 +26,8 @@ except ImportError:  # the json module reads everything orjson would, about 4x s
     orjson = None
 
 __all__ = [
-    "Rejected", "collector_paused", "load_events", "load_streams", "parse_event_line", "parse_event_lines",
-    "parse_events", "read_events",
+    "Rejected", "admit_events", "collector_paused", "content_of", "load_events", "load_streams", "parse_event_line",
+    "parse_event_lines", "parse_events", "read_events",
 ]
 
 #: Lines of a file parsed as one block (:func:`read_events`).
@@ -158,32 +159,56 @@ def collector_paused():
             gc.enable()
 
 
-def same_content(a: Event, b: Event) -> bool:
-    """Whether two events of one identity (stream, id) say the same: timestamp (as sent: a
-    template and detection time, or the interval or histogram), attributes."""
-    if a.template is not None or b.template is not None:
-        if (a.template, a.detected) != (b.template, b.detected):
-            return False
-    elif a.ts != b.ts:
-        return False
-    return dict(a.attrs) == dict(b.attrs)
+_KINDS = {bool: "b", int: "i", float: "f", str: "s", type(None): "n"}
 
 
-def _admit(parsed: Event | ValidationError, seen: dict[tuple[str, str], Event]) -> Event | ValidationError | None:
-    """A parsed event the first time its identity (stream, id) comes; None when it came
-    before with the same content (a duplicate, taken once); the error that says so when it
-    came with other content (a conflict); an error as it is."""
-    if isinstance(parsed, ValidationError):
-        return parsed
-    key = (parsed.stream.casefold(), parsed.id)
-    first = seen.get(key)
-    if first is None:
-        seen[key] = parsed
-        return parsed
-    if same_content(first, parsed):
-        return None
-    return ValidationError("id", f"conflict: id {parsed.id!r} came before in stream {parsed.stream!r} with other "
+def _plain(value: Any) -> Any:
+    return value + 0.0 if type(value) is float else value     # -0.0 says what 0.0 says
+
+
+def content_of(event: Event) -> tuple:
+    """What an event says beyond its identity (stream, id), as a tuple that compares and
+    serialises alike in every process: its timestamp as sent (a template and detection
+    time, or the interval or histogram) and its attributes with their JSON kinds (true is
+    not 1, 1 is not 1.0)."""
+    ts = event.ts
+    if event.template is not None:
+        stamp: tuple = ("template", event.template, _plain(event.detected))
+    elif isinstance(ts, Histogram):
+        stamp = ("histogram", tuple(map(_plain, ts.edges.tolist())), tuple(map(_plain, ts.probs.tolist())))
+    else:
+        stamp = ("interval", _plain(ts.lo), _plain(ts.hi),
+                 tuple(_plain(float(p)) for p in ts.pmf) if ts.pmf is not None else None)
+    attrs = tuple(sorted((key, _KINDS.get(type(value), "?"), _plain(value)) for key, value in event.attrs.items()))
+    return stamp, attrs
+
+
+def _conflict(event: Event) -> ValidationError:
+    return ValidationError("id", f"conflict: id {event.id!r} came before in stream {event.stream!r} with other "
                                  f"content (an id is unique within its stream; an event sent again must be the same)")
+
+
+def admit_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
+                 ) -> list[Event | ValidationError | int]:
+    """Each raw event's fate in a block, by index: its :class:`Event` the first time its
+    identity (stream, id) comes; the index of that first time when it comes again with the
+    same content (a duplicate, taken once); a :class:`ValidationError` when it is invalid,
+    or comes again with other content (a conflict)."""
+    out: list[Event | ValidationError | int] = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, parsed in enumerate(parse_event_lines(raws, streams)):
+        if isinstance(parsed, ValidationError):
+            out.append(parsed)
+            continue
+        key = (parsed.stream.casefold(), parsed.id)
+        first = seen.setdefault(key, index)
+        if first == index:
+            out.append(parsed)
+        elif content_of(out[first]) == content_of(parsed):
+            out.append(first)
+        else:
+            out.append(_conflict(parsed))
+    return out
 
 
 def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
@@ -204,13 +229,11 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     """
     events: list[Event] = []
     rejected: list[tuple[int, ValidationError]] = []
-    seen: dict[tuple[str, str], Event] = {}
-    for index, parsed in enumerate(parse_event_lines(raws, streams)):
-        admitted = _admit(parsed, seen)
-        if isinstance(admitted, ValidationError):
-            rejected.append((index, admitted))
-        elif admitted is not None:
-            events.append(admitted)
+    for index, fate in enumerate(admit_events(raws, streams)):
+        if isinstance(fate, Event):
+            events.append(fate)
+        elif isinstance(fate, ValidationError):
+            rejected.append((index, fate))
     return events, rejected
 
 
@@ -221,15 +244,21 @@ def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[l
     """
     events: list[Event] = []
     rejected: list[Rejected] = []
-    seen: dict[tuple[str, str], Event] = {}
+    seen: dict[tuple[str, str], tuple] = {}
     numbered = ((number, line) for number, line in enumerate(lines, start=1) if line and not line.isspace())
     while block := list(itertools.islice(numbered, _READ_BLOCK)):
         for (number, line), parsed in zip(block, parse_event_lines([line for _, line in block], streams)):
-            admitted = _admit(parsed, seen)
-            if isinstance(admitted, ValidationError):
-                rejected.append(Rejected(number, admitted, line.rstrip("\n")))
-            elif admitted is not None:
-                events.append(admitted)
+            if not isinstance(parsed, ValidationError):
+                key, content = (parsed.stream.casefold(), parsed.id), content_of(parsed)
+                first = seen.setdefault(key, content)
+                if first is not content:
+                    if first == content:
+                        continue                # a duplicate: taken once
+                    parsed = _conflict(parsed)
+            if isinstance(parsed, ValidationError):
+                rejected.append(Rejected(number, parsed, line.rstrip("\n")))
+            else:
+                events.append(parsed)
     return events, rejected
 
 

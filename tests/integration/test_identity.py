@@ -13,6 +13,7 @@ import redis
 
 from contract.identity import BUCKETS, content_digest, identified, identity
 from contract.ingest import CONFLICT, DUPLICATE, append_events, ingest
+from penumbra.events import parse_event, parse_streams
 
 
 def event(stream: str, event_id: str, lo: float = 0.0, **attrs) -> dict:
@@ -32,44 +33,61 @@ def test_identity_and_content_digest_are_what_the_contract_says():
     assert identity("Seismic", "s-1") == identity("seismic", "s-1") != identity("seismic", "S-1")
     assert identity("a", "b\x00c") != identity("a\x00b", "c")
     first = {"stream": "Seismic", "id": "s-1", "ts": {"lo": 1, "hi": 2}, "attrs": {"a": 1, "b": 2}}
-    reordered = {"attrs": {"b": 2, "a": 1}, "ts": {"hi": 2, "lo": 1}, "id": "s-1", "stream": "seismic"}
-    assert content_digest(first) == content_digest(reordered)
-    assert content_digest(first) != content_digest({**first, "attrs": {"a": 1, "b": 3}})
-    assert content_digest({**first, "big": 2 ** 70}) != content_digest(first)     # beyond orjson, still a digest
-    assert 0 <= identified(first, b"").bucket < BUCKETS
-    assert identified([1, 2], b"x").identity is None and identified({"stream": 1, "id": "a"}, b"x").identity is None
+    reordered = {"attrs": {"b": 2, "a": 1}, "ts": {"hi": 2.0, "lo": 1.0}, "id": "s-1", "stream": "seismic"}
+    assert content_digest(parse_event(first)) == content_digest(parse_event(reordered))
+    assert content_digest(parse_event(first)) != content_digest(parse_event({**first, "attrs": {"a": 1, "b": 3}}))
+    assert content_digest(parse_event(first)) != content_digest(parse_event({**first, "attrs": {"a": True, "b": 2}}))
+    assert content_digest(parse_event({**first, "attrs": {"big": 2 ** 70}})) != content_digest(parse_event(first))
+    assert 0 <= identified(parse_event(first), b"").bucket < BUCKETS
+    assert identified(None, b"x").identity is None
 
 
 def test_each_identity_is_appended_once_within_a_call_and_across_calls(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
     items = [event("S", "a"), event("S", "b"), event("S", "a"), event("s", "a"), event("T", "a"),
              event("S", "b", lo=5.0)]
-    found = ingest(client, keys, [identified(item, encoded(item)) for item in items], horizon=3600)
+    found = ingest(client, keys, [identified(parse_event(item), encoded(item)) for item in items], horizon=3600)
     assert [type(f).__name__ if isinstance(f, bytes) else f for f in found] == \
         ["bytes", "bytes", DUPLICATE, DUPLICATE, "bytes", CONFLICT]
     assert ingested(client, keys) == [items[0], items[1], items[4]]
     # the same batch again: nothing appended; what is new in it is
     again = items[:2] + [event("S", "c")]
-    found = ingest(client, keys, [identified(item, encoded(item)) for item in again], horizon=3600)
+    found = ingest(client, keys, [identified(parse_event(item), encoded(item)) for item in again], horizon=3600)
     assert found[:2] == [DUPLICATE, DUPLICATE] and isinstance(found[2], bytes)
     assert ingested(client, keys) == [items[0], items[1], items[4], again[2]]
-    # entries that name no identity always go (the job rejects them)
-    assert len(append_events(client, [b"{not json", b"[1]", b"{not json"], keys)) == 3
+    client.close()
+
+
+def test_append_events_gives_invalid_entries_no_identity_and_dead_letters_conflicts(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    streams = parse_streams({"S": {}})
+    bad = {"stream": "S", "id": "x", "ts": {"lo": 2, "hi": 1}}
+    lines = [b"{not json", b"[1]", b"{not json", encoded(bad), encoded(event("S", "x")), encoded(event("S", "x")),
+             encoded(event("S", "x", lo=9.0))]
+    dead_before = client.xlen(keys.dead)
+    ids = append_events(client, lines, keys, streams=streams)
+    # the unreadable and the invalid go as they are (the job rejects them); the corrected x once
+    assert len(ids) == 5 and [f[b"e"] for _, f in client.xrange(keys.ingest)] == lines[:5]
+    (letter,) = client.xrange(keys.dead)[dead_before:]
+    assert b"conflict" in letter[1][b"reason"] and letter[1][b"raw"] == lines[6] and letter[1][b"source"] == b"ingest"
     client.close()
 
 
 def test_identities_are_remembered_for_a_horizon_and_forgotten_after_two(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
-    horizon = 100.0
-    first = int(time.time() // horizon) + 10     # a generation to come (its keys expire after it)
-    start = first * horizon
-    item = identified(event("S", "a"), encoded(event("S", "a")))
-    assert isinstance(ingest(client, keys, [item], horizon, now=start + 99)[0], bytes)
-    assert ingest(client, keys, [item], horizon, now=start + 100) == [DUPLICATE]    # the previous generation
-    assert ingest(client, keys, [item], horizon, now=start + 199) == [DUPLICATE]
-    assert isinstance(ingest(client, keys, [item], horizon, now=start + 200)[0], bytes)  # forgotten
-    # each generation's hashes expire once the next one has passed
-    assert client.expiretime(keys.identities(first) + str(item.bucket)) == int(start + 2 * horizon) + 60
+    horizon = 1.0
+    item = identified(parse_event(event("S", "a")), encoded(event("S", "a")))
+    # start just after a generation begins (by Redis's clock), so that the next steps are in it
+    seconds, micros = client.time()
+    time.sleep(1.0 - micros / 1e6 + 0.05)
+    generation = int(client.time()[0] // horizon)
+    assert isinstance(ingest(client, keys, [item], horizon)[0], bytes)
+    assert ingest(client, keys, [item], horizon) == [DUPLICATE]
+    assert client.expiretime(f"{keys.identities}{generation}:{item.bucket}") == (generation + 2) + 60
+    time.sleep(1.0)                                       # the next generation: still remembered
+    assert ingest(client, keys, [item], horizon) == [DUPLICATE]
+    time.sleep(1.0)                                       # two generations on: forgotten
+    assert isinstance(ingest(client, keys, [item], horizon)[0], bytes)
     client.close()
 
 
@@ -79,7 +97,7 @@ def test_many_clients_sending_the_same_events_at_once_append_each_once(redis_ser
 
     def client_sends() -> None:
         with redis.Redis.from_url(redis_server.url) as client:
-            appended.append(len(append_events(client, items, keys)))
+            appended.append(len(append_events(client, items, keys, streams=parse_streams({"S": {}}))))
 
     threads = [threading.Thread(target=client_sends) for _ in range(6)]
     for thread in threads:

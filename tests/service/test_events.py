@@ -187,6 +187,14 @@ def test_an_event_twice_in_one_request_is_taken_once_and_other_content_in_it_is_
     assert [(e["index"], e["field"]) for e in answer["errors"]] == [(3, "id")]
     assert "conflict" in answer["errors"][0]["reason"]
     assert ingested_after(store, keys, mark) == [items[0], items[1], items[4]]
+    # a repeat shares its first's fate, and every index stays its own: an unregistered
+    # stream's event after a repeat, and a repeat of a refused event, are refused at theirs
+    unknown = event(stream + "x", 5)
+    items = [event(stream, 7), event(stream, 7), unknown, unknown, event(stream, 8)]
+    answer = client.post("/api/events", json=items, headers=as_role("analyst")).json()
+    assert (answer["accepted"], answer["duplicates"], answer["rejected"]) == (2, 1, 2)
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(2, "stream"), (3, "stream")]
+    assert ingested_after(store, keys, mark)[-2:] == [items[0], items[4]]
 
 
 def test_two_clients_posting_the_same_batch_at_once_append_it_once(api_server, client, tokens, store, keys):

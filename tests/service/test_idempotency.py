@@ -58,14 +58,24 @@ def test_a_retried_event_batch_gets_its_first_answer(client, as_role):
     assert client.post("/api/events", json=batch, headers=as_role("analyst")).json()["duplicates"] == 5
 
 
-def test_answers_that_say_nothing_of_the_work_are_not_kept(client, as_role):
+def test_answers_that_say_nothing_of_the_work_are_not_kept(client, as_role, store, keys):
     headers = {**bearer("pn_not-a-token"), **key()}
     assert client.post("/api/queries", json={"text": "x"}, headers=headers).status_code == 401
+    assert client.post("/api/queries", content=b"{oops", headers=headers).status_code == 401
+    assert not list(store.scan_iter(match=f"{keys.prefix}:idem:*{headers['Idempotency-Key']}"))
     # a refused token's key is not spent: with a good token it does the work
     (stream,) = fresh_streams(client, "IK")
     good = {**as_role("analyst"), "Idempotency-Key": headers["Idempotency-Key"]}
     answer = client.post("/api/events", json=[{"stream": stream, "id": "a", "ts": {"lo": 0, "hi": 1}}], headers=good)
     assert answer.status_code == 202 and answer.json()["accepted"] == 1
+
+
+def test_a_new_tokens_secret_is_never_kept(client, as_role, store, keys):
+    headers = {**as_role("admin"), **key()}
+    first = client.post("/api/tokens", json={"role": "viewer", "label": "kept?"}, headers=headers)
+    again = client.post("/api/tokens", json={"role": "viewer", "label": "kept?"}, headers=headers)
+    assert first.status_code == again.status_code == 201 and first.json()["token"] != again.json()["token"]
+    assert not list(store.scan_iter(match=f"{keys.prefix}:idem:*:{headers['Idempotency-Key']}"))
 
 
 @pytest.mark.parametrize("bad", [b"", b"x" * 256, "caf\u00e9".encode()])

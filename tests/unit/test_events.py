@@ -478,6 +478,9 @@ def test_an_error_quotes_a_huge_input_only_in_part():
     ({"ts": {"detected": 50, "template": "s1"}}, {"ts": {"detected": 51, "template": "s1"}}, False),
     ({"attrs": {"region": "north"}}, {"attrs": {"region": "south"}}, False),
     ({"attrs": {"a": 1, "b": 2}}, {"attrs": {"b": 2, "a": 1}}, True),
+    ({"attrs": {"f": True}}, {"attrs": {"f": 1}}, False),          # JSON's kinds, not Python's equality
+    ({"attrs": {"v": 1}}, {"attrs": {"v": 1.0}}, False),
+    ({"attrs": {"v": 0.0}}, {"attrs": {"v": -0.0}}, True),
 ])
 def test_an_identity_sent_again_is_taken_once_or_is_a_conflict(streams, first, again, same):
     events, rejected = parse_events([event(id="x", **first), event(id="x", **again), event(id="y")], streams)
