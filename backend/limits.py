@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import secrets
 import time
 from typing import Callable
 
@@ -192,8 +194,17 @@ class FailedAuthentications:
         log.warning("authentication failed from %s (%d in this %d s window)", address, count, self.window)
 
 
+#: A request id a client may choose (``X-Request-Id``); any other is replaced by one of ours.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
 class AccessLog:
-    """One JSON log line per request: method, path, status, milliseconds (pure ASGI)."""
+    """One log record per request: its id, method, path, status, milliseconds (pure ASGI).
+
+    Every request has an id: the client's ``X-Request-Id`` when it is 1 to 64 of
+    ``[A-Za-z0-9._:-]``, else a new one; it is answered in ``X-Request-Id`` and kept in
+    ``request.state.request_id`` for the routes' own records (the ingest logs it with the
+    entries it appended)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -204,15 +215,22 @@ class AccessLog:
             return
         started = time.perf_counter()
         status = 500
+        given = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.fullmatch(given) else secrets.token_hex(8)
+        scope.setdefault("state", {})["request_id"] = request_id
 
         async def noted_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
             await self.app(scope, receive, noted_send)
         finally:
-            log.info("%s", orjson.dumps({"method": scope["method"], "path": scope["path"], "status": status,
-                                         "ms": round((time.perf_counter() - started) * 1000, 2)}).decode())
+            ms = round((time.perf_counter() - started) * 1000, 2)
+            log.info("%s %s %d in %.1f ms", scope["method"], scope["path"], status, ms,
+                     extra={"request": request_id, "method": scope["method"], "path": scope["path"],
+                            "status": status, "ms": ms})

@@ -30,6 +30,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from contract.entries import live_metrics, metrics_entry
 from contract.keys import Keys
+from contract.logs import configure
 
 from .processor import OUTPUT, GroupProcessor
 from .settings import JobSettings
@@ -220,9 +221,13 @@ class _Metrics(StreamingQueryListener):
             pipe.xadd(self.keys.metrics, metrics_entry(metrics), maxlen=self.maxlen, approximate=True)
             pipe.publish(self.keys.live, live_metrics(metrics))
             pipe.execute()
+            # the ingest entries the batch read, (from_id, to_id]: what follows a request's
+            # first_id and last_id (the API logs them with its request id) to its batch
+            start = _offset(source.startOffset) if source else {}
             log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,
-                     rows, duration_ms / 1000, metrics["processed_rate"],
-                     behind, lag_seconds)
+                     rows, duration_ms / 1000, metrics["processed_rate"], behind, lag_seconds,
+                     extra={"batch": progress.batchId, "from_id": start.get("id"), "to_id": end.get("id"),
+                            "rows": rows, "lag_entries": behind})
         except (redis.RedisError, ValueError, KeyError, IndexError) as error:
             log.warning("metrics of batch %d: %s", progress.batchId, error)
 
@@ -237,7 +242,7 @@ def _offset(text) -> dict:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure("job")
     # py4j logs every call between Python and the JVM at INFO
     logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = JobSettings()

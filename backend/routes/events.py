@@ -9,6 +9,7 @@ the dead-letter stream ``pn:dead`` (the job's shape: ``kind`` = ``rejected``,
 
 from __future__ import annotations
 
+import logging
 import time
 
 from fastapi import APIRouter, Request
@@ -28,6 +29,7 @@ from ..models import IngestOut
 from ..security import Principal
 from . import errors
 
+log = logging.getLogger("penumbra.api.events")
 router = APIRouter(prefix="/events", tags=["events"])
 
 _EVENT = {"$ref": "#/components/schemas/EventIn"}
@@ -60,7 +62,7 @@ def _registered_problem(event, streams) -> ValidationError | None:
     return ValidationError("ts", too_wide) if too_wide else None
 
 
-def ingest(service: Service, who: Principal, body: bytes) -> dict:
+def ingest(service: Service, who: Principal, body: bytes, request_id: str | None = None) -> dict:
     limit = service.settings.ingest_max_events
     decoded = decode_body(body)
     single = isinstance(decoded, dict)
@@ -106,6 +108,10 @@ def ingest(service: Service, who: Principal, body: bytes) -> dict:
         pipe.execute()
     if rejected:
         trim_dead(service.redis, keys, service.settings.dead_max_bytes)
+    log.info("events: %d appended, %d duplicates, %d rejected", len(ids), duplicates, len(rejected),
+             extra={"request": request_id, "who": who.label, "accepted": len(ids), "duplicates": duplicates,
+                    "rejected": len(rejected), "first_id": ids[0].decode() if ids else None,
+                    "last_id": ids[-1].decode() if ids else None})
     errors_out = [{"index": index, "field": error.field or None, "reason": str(error)} for index, error in rejected]
     if single and rejected:
         error = rejected[0][1]
@@ -126,4 +132,4 @@ async def post_events(request: Request, who: AnalystDep, service: ServiceDep) ->
     invalid event answers 422 naming the field. Per-token rate limit: 429 with Retry-After."""
     await run_in_threadpool(service.ingest_limiter.hit, who.id)
     body = await request.body()
-    return await run_in_threadpool(ingest, service, who, body)
+    return await run_in_threadpool(ingest, service, who, body, getattr(request.state, "request_id", None))
