@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the system packages Penumbra needs when they are missing: a Python venv,
-# Java 17 (Spark), redis-server, Chromium (the dashboard's browser tests). Debian/apt; runs
-# apt-get only when something is missing.
+# Java 17 (Spark), redis-server, Chromium (the dashboard's browser tests), and promtool
+# (Prometheus's checker, for the metrics test: the one binary, taken out of Debian's
+# prometheus package without installing the server). Debian/apt; runs apt-get only when
+# something is missing.
 set -euo pipefail
 
+cd "$(dirname "$0")/.."
 missing=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 java_major=$( (java -version 2>&1 || true) | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
@@ -11,10 +14,27 @@ if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then missing+=(openjdk-17-j
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-echo "installing system packages: ${missing[*]}"
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+updated=0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing system packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  updated=1
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x var/tools/promtool ] && ! command -v promtool >/dev/null 2>&1; then
+  echo "fetching promtool from Debian's prometheus package (the server is not installed)"
+  mkdir -p var/tools
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  if ! (cd "$work" && apt-get download prometheus >/dev/null 2>&1); then
+    [ "$updated" -eq 1 ] || $sudo apt-get update -qq
+    (cd "$work" && apt-get download prometheus >/dev/null 2>&1)
+  fi
+  dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -O ./usr/bin/promtool > var/tools/promtool.part
+  chmod 755 var/tools/promtool.part
+  mv var/tools/promtool.part var/tools/promtool
+fi

@@ -9,10 +9,11 @@ here, by the core's ``JoinOperator.probability_curve``.
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import PlainTextResponse
 
 from contract.entries import read_match, read_observation
 from penumbra.engine import build_operator
@@ -22,6 +23,7 @@ from penumbra.query import parse
 
 from ..deps import QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError
+from ..prometheus import CONTENT_TYPE, exposition
 from ..models import (Cursor, CurveIn, CurveOut, MatchPage, MetricsOut, ObservationList, Projection,
                       WhatIfOut)
 from ..records import PARTS, finite, match_record, metrics_record, observation_record, projection
@@ -205,9 +207,25 @@ class _NearMisses:
         return float(binned + (self.known >= threshold).sum() + (self.sampled >= threshold).sum() * self.scale)
 
 
-@router.get("/metrics", response_model=MetricsOut, responses=errors(401, 403), summary="The job's metrics")
-def metrics(who: ViewerDep, service: ServiceDep,
-            limit: Annotated[int, Query(ge=1, le=500, description="progress reports")] = 20) -> dict:
+@router.get("/metrics", response_model=MetricsOut, responses={**errors(401, 403), 200: {"content": {
+    CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}}}, summary="The job's metrics")
+def metrics(request: Request, who: ViewerDep, service: ServiceDep,
+            limit: Annotated[int, Query(ge=1, le=500, description="progress reports")] = 20,
+            format: Annotated[Literal["json", "prometheus"] | None, Query(description=(
+                "json, or prometheus (the text format; also chosen by an Accept asking for text/plain and not "
+                "JSON)"))] = None):
     counts = {k.decode(): int(v) for k, v in service.redis.hgetall(service.keys.counts).items()}
+    accept = request.headers.get("accept", "")
+    if format == "prometheus" or (format is None and "text/plain" in accept and "json" not in accept):
+        latest = service.redis.xrevrange(service.keys.metrics, count=1)
+        _, queries, _ = service.snapshot()
+        pipe = service.redis.pipeline(transaction=False)
+        for query_id in queries:
+            pipe.xinfo_stream(service.keys.matches(query_id))
+        infos = pipe.execute(raise_on_error=False)
+        added = [int(info["entries-added"]) if isinstance(info, dict) else 0 for info in infos]
+        text = exposition(counts, metrics_record(latest[0][1]) if latest else None,
+                          [(q, n, bool(entry.get("failed"))) for (q, entry), n in zip(queries.items(), added)])
+        return PlainTextResponse(text, media_type=CONTENT_TYPE)
     found = service.redis.xrevrange(service.keys.metrics, count=limit)
     return {"counts": counts, "items": [metrics_record(f) for _, f in found]}
