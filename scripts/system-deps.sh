@@ -25,11 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x var/tools/promtool ] && ! command -v promtool >/dev/null 2>&1; then
-  echo "fetching promtool from Debian's prometheus package (the server is not installed)"
+fetch_promtool() {
   mkdir -p var/tools
+  local work
   work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
   if ! (cd "$work" && apt-get download prometheus >/dev/null 2>&1); then
     [ "$updated" -eq 1 ] || $sudo apt-get update -qq
     (cd "$work" && apt-get download prometheus >/dev/null 2>&1)
@@ -37,4 +36,11 @@ if [ ! -x var/tools/promtool ] && ! command -v promtool >/dev/null 2>&1; then
   dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -O ./usr/bin/promtool > var/tools/promtool.part
   chmod 755 var/tools/promtool.part
   mv var/tools/promtool.part var/tools/promtool
+  rm -rf "$work"
+}
+
+if [ ! -x var/tools/promtool ] && ! command -v promtool >/dev/null 2>&1; then
+  echo "fetching promtool from Debian's prometheus package (the server is not installed)"
+  # only the metrics test needs it (it skips, saying so, without it): never fail the set-up for it
+  (set -e; fetch_promtool) || echo "warning: could not fetch promtool; the Prometheus format test will skip"
 fi
