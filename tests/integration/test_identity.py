@@ -75,18 +75,26 @@ def test_append_events_gives_invalid_entries_no_identity_and_dead_letters_confli
 
 def test_identities_are_remembered_for_a_horizon_and_forgotten_after_two(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
-    horizon = 1.0
+    horizon = 2.0
     item = identified(parse_event(event("S", "a")), encoded(event("S", "a")))
-    # start just after a generation begins (by Redis's clock), so that the next steps are in it
-    seconds, micros = client.time()
-    time.sleep(1.0 - micros / 1e6 + 0.05)
-    generation = int(client.time()[0] // horizon)
+
+    def redis_now() -> float:
+        seconds, micros = client.time()
+        return seconds + micros / 1e6
+
+    def wait_until(moment: float) -> None:
+        while redis_now() < moment:
+            time.sleep(0.02)
+
     assert isinstance(ingest(client, keys, [item], horizon)[0], bytes)
+    (bucket,) = client.keys(f"{keys.identities}*:{item.bucket}")
+    generation = int(bucket.decode().split(":")[-2])       # the generation Redis's clock chose
+    assert client.expiretime(bucket) == int((generation + 2) * horizon) + 60
     assert ingest(client, keys, [item], horizon) == [DUPLICATE]
-    assert client.expiretime(f"{keys.identities}{generation}:{item.bucket}") == (generation + 2) + 60
-    time.sleep(1.0)                                       # the next generation: still remembered
-    assert ingest(client, keys, [item], horizon) == [DUPLICATE]
-    time.sleep(1.0)                                       # two generations on: forgotten
+    wait_until((generation + 1) * horizon + 0.05)          # the next generation: still remembered
+    if redis_now() < (generation + 2) * horizon - 0.05:
+        assert ingest(client, keys, [item], horizon) == [DUPLICATE]
+    wait_until((generation + 2) * horizon + 0.05)          # two generations on: forgotten
     assert isinstance(ingest(client, keys, [item], horizon)[0], bytes)
     client.close()
 
