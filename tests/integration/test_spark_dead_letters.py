@@ -101,18 +101,8 @@ def test_a_flood_of_bad_entries_does_not_stop_the_job(pipeline):
     pipeline.feed(valid)
     pipeline.end(query_id)
     assert pipeline.job.alive
-    # the ingest takes each identity once (an entry without a stream and id each time); the
-    # job dead-letters the first of each, the ingest any other content under a known one
-    expected, seen = 0, {}
-    for raw in flood:
-        try:
-            item = json.loads(raw)
-            key = (item["stream"].casefold(), item["id"]) if isinstance(item["stream"], str) and \
-                isinstance(item["id"], str) else None
-        except (ValueError, TypeError, KeyError):
-            item, key = None, None
-        expected += key is None or seen.setdefault(key, item) != item or seen[key] is item
-
-    assert len(dead_entries(pipeline)) - before == expected
+    # every entry of the flood is invalid, so none takes an identity at the ingest: each is
+    # dead-lettered by the job, however often it comes
+    assert len(dead_entries(pipeline)) - before == len(flood)
     assert_equal(pipeline.matches(query_id), local_matches(TEXT, STREAMS, [valid]), TEXT)
     pipeline.registry.remove(query_id)
