@@ -34,6 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
+from .limits import bearer_token, changing_request
 
 __all__ = ["HEADER", "Idempotency", "KEEP_SECONDS"]
 
@@ -56,7 +57,6 @@ class Idempotency:
     """The ``Idempotency-Key`` middleware (pure ASGI); its records live in Redis under
     ``Keys.idempotency``."""
 
-    METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
     #: Routes whose answers are never kept (a token's secret).
     EXEMPT = frozenset({"/api/tokens"})
 
@@ -64,8 +64,7 @@ class Idempotency:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] not in self.METHODS or not scope["path"].startswith("/api/")
-                or scope["path"] in self.EXEMPT):
+        if not changing_request(scope, self.EXEMPT):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
@@ -79,8 +78,7 @@ class Idempotency:
                                  field="Idempotency-Key")(scope, receive, send)
             return
         service = scope["app"].state.service
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        token = token.strip() if scheme.lower() == "bearer" else ""
+        token = bearer_token(headers)
         try:
             owner = await run_in_threadpool(_owner, service, token)
         except redis.RedisError:

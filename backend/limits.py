@@ -20,7 +20,8 @@ from contract.keys import Keys
 from .errors import ApiError, error_response
 from .security import token_id
 
-__all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter", "WriteRateLimit"]
+__all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter", "WriteRateLimit", "bearer_token",
+           "changing_request"]
 
 log = logging.getLogger("penumbra.api")
 
@@ -122,6 +123,22 @@ def _too_many(message: str, now: float, slot: int, seconds: int) -> ApiError:
     return ApiError(429, message, headers={"Retry-After": str(retry)}, retry_after=retry)
 
 
+#: The methods of a request that changes something.
+CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def changing_request(scope: Scope, exempt: frozenset[str]) -> bool:
+    """An HTTP request that changes something under ``/api/`` (not one of the ``exempt`` paths)."""
+    return (scope["type"] == "http" and scope["method"] in CHANGING_METHODS and scope["path"].startswith("/api/")
+            and scope["path"] not in exempt)
+
+
+def bearer_token(headers: dict[bytes, bytes]) -> str:
+    """The token of an ``Authorization: Bearer`` header, or ``""``."""
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 class WriteRateLimit:
     """Every change (``POST``, ``PUT``, ``PATCH``, ``DELETE`` under ``/api/``, but events,
     which have their own limit, and validation, which changes nothing) counts against its
@@ -130,21 +147,17 @@ class WriteRateLimit:
     then answers 401)."""
 
     EXEMPT = frozenset({"/api/events", "/api/validate"})
-    METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] not in self.METHODS or not scope["path"].startswith("/api/")
-                or scope["path"] in self.EXEMPT):
+        if not changing_request(scope, self.EXEMPT):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", []))
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        token = bearer_token(dict(scope.get("headers", [])))
         client = scope.get("client")
-        who = (token_id(token.strip()) if scheme.lower() == "bearer" and token.strip()
-               else f"address-{client[0] if client else 'unknown'}")
+        who = token_id(token) if token else f"address-{client[0] if client else 'unknown'}"
         try:
             await run_in_threadpool(scope["app"].state.service.write_limiter.hit, who)
         except ApiError as error:
