@@ -347,6 +347,17 @@ class JobHealth(BaseModel):
     master: str | None
 
 
+class RestartOut(BaseModel):
+    id: str = Field(description="entry id in the restart stream")
+    part: str = Field(description="what died: redis, job or api")
+    pid: int | None
+    cause: str = Field(description="how it died, e.g. \"was killed by SIGKILL\" or \"not ready after 600 s\"")
+    at: float = Field(description="when, seconds since the epoch")
+    uptime: float | None = Field(description="seconds it had run")
+    failures: int | None = Field(description="its failures in a row")
+    restart_in: float | None = Field(description="seconds of back-off before it was started again")
+
+
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded", "down"] = Field(
         description="ok: Redis and the job; degraded: Redis only; down: no Redis")
@@ -361,6 +372,8 @@ class HealthOut(BaseModel):
     memory_warning: bool = Field(False, description="Redis is past 80 % of its maxmemory: make room before it refuses")
     failed_queries: int | None = Field(None, description=(
         "queries the job quarantined: it skips them while the others go on (GET /api/queries names them)"))
+    restarts: list[RestartOut] = Field(default_factory=list, description=(
+        "the latest 20 restarts of penumbra up's children, newest first, with their causes"))
 
 
 class MetricsOut(BaseModel):

@@ -21,7 +21,7 @@ __all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry
            "control_entry", "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm",
            "live_batch", "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry",
            "read_alarm_action", "read_alarm_state", "read_audit", "read_dead", "read_end_mark", "read_match",
-           "read_metrics", "read_observation", "rejected_letter"]
+           "read_metrics", "read_observation", "read_restart", "rejected_letter", "restart_entry"]
 
 #: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
 #: huge entries cannot fill Redis, whose dead-letter stream is capped by count.
@@ -255,3 +255,21 @@ def read_audit(entry_id: bytes, fields: dict) -> dict:
     return {"id": entry_id.decode(), "at": float(text.get("at", 0)), "who": text.get("who", ""),
             "action": text.get("action", ""), "subject": text.get("subject", ""), "details": details,
             "version": int(version) if version and version.isdigit() else None}
+
+
+# --- restarts (pn:restarts) ----------------------------------------------------------------------
+
+def restart_entry(part: str, pid: int | None, cause: str, at: float, uptime: float, failures: int,
+                  restart_in: float) -> dict:
+    """A child of ``penumbra up`` that died (or never got ready) and when it starts again:
+    ``part`` (redis, job, api), its ``pid``, the ``cause`` in words, ``at`` (seconds since
+    the epoch), how long it ran, its ``failures`` in a row, and the back-off before its restart."""
+    return {"part": part, "pid": pid if pid is not None else "", "cause": cause, "at": at, "uptime": round(uptime, 3),
+            "failures": failures, "restart_in": restart_in}
+
+
+def read_restart(entry_id: bytes, fields: dict) -> dict:
+    return {"id": entry_id.decode(), "part": _text(fields, "part", ""), "pid": _number(fields, "pid", int),
+            "cause": _text(fields, "cause", ""), "at": _number(fields, "at") or entry_time(entry_id),
+            "uptime": _number(fields, "uptime"), "failures": _number(fields, "failures", int),
+            "restart_in": _number(fields, "restart_in")}

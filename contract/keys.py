@@ -98,6 +98,11 @@ class Keys:
     def heartbeat(self) -> str:
         return f"{self.prefix}:job"
 
+    @property
+    def restarts(self) -> str:
+        """What ``penumbra up`` restarted, and why."""
+        return f"{self.prefix}:restarts"
+
     def alarms(self, query: str) -> str:
         return f"{self.prefix}:alarms:{query}"
 

@@ -1,7 +1,8 @@
 """Health for load balancers and people: no token needed.
 
 200 while Redis answers (``status`` "ok" with a live job, "degraded" without one), 503
-("down") while it does not. Nothing secret is shown.
+("down") while it does not; the latest restarts ``penumbra up`` made, with their causes.
+Nothing secret is shown.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from contract.entries import read_metrics
+from contract.entries import read_metrics, read_restart
 
 from ..deps import ServiceDep
 from ..models import HealthOut
@@ -24,6 +25,8 @@ router = APIRouter(tags=["health"])
 MEMORY_WARNING = 0.8
 #: The job refreshes its heartbeat every second; older than this, it counts as gone.
 HEARTBEAT_STALE_SECONDS = 10.0
+#: The latest restarts health shows.
+RESTARTS_SHOWN = 20
 
 
 def _number(raw: bytes | None, kind=float):
@@ -61,10 +64,11 @@ def health(service: ServiceDep):
         pipe.xlen(keys.ingest)
         pipe.hvals(keys.queries)
         pipe.info("memory")
-        beat, latest, length, queries, memory = pipe.execute()
+        pipe.xrevrange(keys.restarts, count=RESTARTS_SHOWN)
+        beat, latest, length, queries, memory, restarts = pipe.execute()
     except (redis.ConnectionError, redis.TimeoutError):
         down = {"status": "down", "redis": False, "redis_ms": None, "job": None, "lag_entries": None,
-                "lag_seconds": None, "ingest_length": None, "failed_queries": None, "redis_memory": None, "memory_warning": False}
+                "lag_seconds": None, "ingest_length": None, "failed_queries": None, "redis_memory": None, "memory_warning": False, "restarts": []}
         return JSONResponse(down, status_code=503, headers={"Retry-After": "2"})
     job = _job(beat, time.time())
     limit = int(memory.get("maxmemory") or 0)
@@ -73,4 +77,5 @@ def health(service: ServiceDep):
     return {"status": "ok" if job and job["alive"] else "degraded", "redis": True, "redis_ms": redis_ms,
             "job": job, "lag_entries": progress.get("lag_entries"), "lag_seconds": progress.get("lag_seconds"),
             "ingest_length": length, "failed_queries": sum(1 for raw in queries if json.loads(raw).get("failed")),
-            "redis_memory": share, "memory_warning": share is not None and share > MEMORY_WARNING}
+            "redis_memory": share, "memory_warning": share is not None and share > MEMORY_WARNING,
+            "restarts": [read_restart(entry_id, fields) for entry_id, fields in restarts]}

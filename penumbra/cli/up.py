@@ -12,7 +12,8 @@ Three children, each in its own process group, each with its log under
 
 While they start, it prints what it waits for (Redis answering PING, the job's heartbeat
 in ``pn:job`` saying its streaming query runs, ``/api/health`` answering), then the URL and
-the admin token. A child that dies is reported and started again after a back-off. While
+the admin token. A child that dies is reported and started again after a back-off, and
+the restart, with its cause, is kept in ``pn:restarts`` for the Health view. While
 the system starts, ``PENUMBRA_UP_RESTARTS`` failures of one child in a row (or one not
 ready within ``PENUMBRA_UP_START_TIMEOUT``) make it give up, stop the rest and exit with
 status 1: a set-up problem. Once everything was up, it never gives up on the whole system
@@ -47,6 +48,7 @@ from typing import Callable, Literal, Sequence, TextIO
 import redis
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
+from contract.entries import restart_entry
 from contract.settings import DEFAULT_REDIS_URL, SharedSettings
 
 from .processes import LOOPBACK, PROJECT_ROOT, Child, api_answers, describe_exit
@@ -61,6 +63,8 @@ PROGRESS_SECONDS = 10.0
 STABLE_SECONDS = 60.0
 #: seconds before the n-th restart in a row (the last one repeats)
 BACKOFF_SECONDS = (1, 2, 4, 8, 16, 30)
+#: restarts kept in Redis (``Keys.restarts``, MAXLEN ~), the newest
+RESTARTS_KEPT = 1000
 #: seconds the API and Redis have to stop before SIGKILL
 API_STOP_SECONDS = 15.0
 REDIS_STOP_SECONDS = 60.0
@@ -216,6 +220,8 @@ class Supervisor:
         self.on_ready: list[Callable[[], None]] = []
         #: every child was ready once: from then on up never gives up on the whole system
         self.announced = False
+        #: restarts not yet written to Redis (it may be the child that died)
+        self.unrecorded: list[dict] = []
         self.admin_note: str | None = None
         #: set by a signal (``stop_signal`` names it), or by a hook; a second signal sets ``hurry``
         self.stopping = False
@@ -398,9 +404,12 @@ class Supervisor:
                         if self.announced:  # the system was up: that child is tried again, the rest stays
                             self.say(f"{child.name}: not ready after {self.settings.up_start_timeout:g} s; "
                                      f"stopping it to start it again")
+                            pid = child.pid
                             child.stop(lambda: self.hurry)
                             child.failures += 1
                             child.restart_at = now + BACKOFF_SECONDS[-1]
+                            self._note_restart(child, pid, f"not ready after {self.settings.up_start_timeout:g} s",
+                                               now - child.started, now, BACKOFF_SECONDS[-1])
                             continue
                         self.say(f"{child.name}: not ready after {self.settings.up_start_timeout:g} s; giving up; "
                                  f"last lines of {child.log}:")
@@ -408,6 +417,8 @@ class Supervisor:
                         return 1
                 elif child.failures and now - child.ready_at >= STABLE_SECONDS:
                     child.failures = 0
+            if self.unrecorded and (self.redis is None or self.redis.ready_at is not None):
+                self._record_restarts()
             if not announced and all(c.ready_at is not None for c in self.children):
                 self.announced = announced = True
                 self._announce(now - began)
@@ -447,6 +458,7 @@ class Supervisor:
             return False
         delay = BACKOFF_SECONDS[min(child.failures, len(BACKOFF_SECONDS)) - 1]
         child.restart_at = now + delay
+        self._note_restart(child, pid, describe_exit(code), uptime, now, delay)
         if child.failures >= self.settings.up_restarts:
             self.say(f"{child.name}: failed {child.failures} times in a row; the rest stays up; restarting in "
                      f"{delay} s (see {child.log})")
@@ -454,6 +466,23 @@ class Supervisor:
             self.say(f"{child.name}: restarting in {delay} s (failure {child.failures} of "
                      f"{self.settings.up_restarts} in a row)")
         return True
+
+    def _note_restart(self, child: Child, pid: int | None, cause: str, uptime: float, now: float,
+                      delay: float) -> None:
+        """Keep a restart for the Health view (``Keys.restarts``); written once Redis answers."""
+        at = time.time() - (time.monotonic() - now)
+        self.unrecorded.append(restart_entry(child.name, pid, cause, at, uptime, child.failures, delay))
+        del self.unrecorded[:-RESTARTS_KEPT]
+
+    def _record_restarts(self) -> None:
+        try:
+            pipe = self.client.pipeline()  # all or none: a retry writes none twice
+            for entry in self.unrecorded:
+                pipe.xadd(self.keys.restarts, entry, maxlen=RESTARTS_KEPT, approximate=True)
+            pipe.execute()
+        except redis.RedisError:
+            return  # kept for the next look: Redis may be restarting
+        self.unrecorded.clear()
 
     def _announce(self, seconds: float) -> None:
         url = self.settings.api_url

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -57,4 +58,32 @@ def test_health_warns_before_redis_reaches_its_memory_limit():
             refused = client.post("/api/events", json=[event], headers={"Authorization": "Bearer " + "t" * 20})
             assert refused.status_code == 503 and "memory limit" in refused.json()["error"]["message"]
             assert refused.headers["Retry-After"] == "30" and store.xlen(Keys().ingest) == 0
+        store.close()
+
+
+def test_health_lists_the_latest_restarts_newest_first_with_their_causes():
+    from backend.routes.health import RESTARTS_SHOWN
+    from contract.entries import restart_entry
+
+    keys = Keys()
+    with RedisServer() as server:
+        store = redis.Redis.from_url(server.url)
+        with TestClient(create_app(Settings(redis_url=server.url, admin_token="t" * 20))) as client:
+            assert client.get("/api/health").json()["restarts"] == []
+            now = time.time()
+            for n in range(RESTARTS_SHOWN + 5):
+                store.xadd(keys.restarts, restart_entry("job", 1000 + n, "was killed by SIGKILL", now - 100 + n, 42.5 + n,
+                                                        1 + n % 3, (1, 2, 4)[n % 3]))
+            store.xadd(keys.restarts, restart_entry("redis", None, "not ready after 600 s", now, 600.0, 1, 30))
+            restarts = client.get("/api/health").json()["restarts"]
+            assert len(restarts) == RESTARTS_SHOWN
+            newest, previous = restarts[0], restarts[1]
+            assert {k: newest[k] for k in ("part", "pid", "cause", "failures", "restart_in")} == \
+                {"part": "redis", "pid": None, "cause": "not ready after 600 s", "failures": 1, "restart_in": 30}
+            n = RESTARTS_SHOWN + 4  # the last job restart written
+            assert {k: previous[k] for k in ("part", "pid", "cause", "uptime", "failures", "restart_in")} == \
+                {"part": "job", "pid": 1000 + n, "cause": "was killed by SIGKILL", "uptime": 42.5 + n,
+                 "failures": 1 + n % 3, "restart_in": (1, 2, 4)[n % 3]}
+            assert previous["at"] == pytest.approx(now - 100 + n)
+            assert [r["pid"] for r in restarts[1:]] == [1000 + k for k in range(n, n - RESTARTS_SHOWN + 1, -1)]
         store.close()

@@ -38,6 +38,7 @@ import redis
 
 from backend.security import Role, TokenStore
 from contract import Keys
+from contract.entries import read_restart
 from penumbra.cli.processes import RedisServer, free_port
 from penumbra.cli.up import Supervisor, UpSettings
 from penumbra.engine import compile_query
@@ -412,6 +413,13 @@ def test_a_child_that_dies_is_restarted_and_the_named_redis_is_used(tmp_path, re
     token = re.search(r"^\s+admin token\s+(pn_\S+)", text, re.M).group(1)
     client = redis.Redis.from_url(redis_server.url)
     assert TokenStore(client, Keys()).check(token).role == Role.admin
+    # ... and the restart, with its cause, for the Health view
+    [(entry_id, fields)] = client.xrange(Keys().restarts)
+    restart = read_restart(entry_id, fields)
+    assert (restart["part"], restart["cause"], restart["failures"], restart["restart_in"]) == \
+        ("flaky", "exited with status 3", 1, 1.0)
+    assert restart["pid"] not in (None, pids[0]) and 0 <= restart["uptime"] < 20
+    assert abs(restart["at"] - time.time()) < 30
     client.close()
     assert not (tmp_path / "var" / "redis").exists()
 
@@ -450,6 +458,14 @@ def test_once_up_a_child_that_keeps_dying_never_takes_the_rest_down(tmp_path, re
     assert "giving up" not in text
     # the steady child ran the whole time, never restarted
     assert len(re.findall(r"^steady: starting", text, re.M)) == 1 and pids, text
+    # every restart is kept with its cause and its failures in a row, in order
+    client = redis.Redis.from_url(redis_server.url)
+    restarts = [read_restart(i, f) for i, f in client.xrange(Keys().restarts)]
+    client.close()
+    assert len(restarts) == len(re.findall(r"^dier: .* exited with status 3", text, re.M))
+    assert [r["failures"] for r in restarts] == list(range(1, len(restarts) + 1))
+    assert {(r["part"], r["cause"]) for r in restarts} == {("dier", "exited with status 3")}
+    assert [r["restart_in"] for r in restarts[:3]] == [1, 2, 4]
 
 
 #: ``penumbra up`` with one stand-in child: argv home, API port, Redis URL

@@ -249,6 +249,25 @@ def test_a_quarantined_query_shows_its_error_on_queries_and_health_and_is_retrie
     assert api.get("/health").json()["failed_queries"] == 0
 
 
+def test_health_shows_each_restart_with_its_cause(tab, api, store, keys):
+    from contract.entries import restart_entry
+
+    store.delete(keys.restarts)
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], "health")
+    page.locator('[data-testid="restarts"]', has_text="No part of Penumbra was restarted").wait_for()
+    now = time.time()
+    store.xadd(keys.restarts, restart_entry("job", 4242, "was killed by SIGKILL", now - 30, 125.0, 1, 1))
+    store.xadd(keys.restarts, restart_entry("redis", 77, "exited with status 1", now - 5, 3.2, 2, 2))
+    rows = page.locator('[data-testid="restarts"] tbody tr')
+    wait_until(page, "document.querySelectorAll('[data-testid=restarts] tbody tr').length === 2")
+    newest, older = rows.nth(0).inner_text(), rows.nth(1).inner_text()
+    assert "Redis" in newest and "exited with status 1" in newest and "2 failures in a row" in newest
+    assert "Spark job" in older and "pid 4242" in older and "was killed by SIGKILL" in older
+    assert "2 min 5 s" in older and "1.0 s" in older
+    store.delete(keys.restarts)
+
+
 def test_templates_of_the_three_forms_validate(tab, api):
     page = tab.page
     tab.sign_in(api.tokens["analyst"], "queries")

@@ -1,10 +1,11 @@
 // Buffers and health: whether the system keeps up at a glance (Redis, the job's
 // heartbeat, lag), the job's micro-batch duration, input rate and lag as live series
 // (the metrics feed), and per query its buffers against their theoretical bounds,
-// evictions, late events and near misses (its recent observations).
+// evictions, late events and near misses (its recent observations), and what
+// `penumbra up` restarted, when and why.
 
 import { get, q } from "../api.js";
-import { ago, count, duration, esc, number } from "../format.js";
+import { ago, clock, count, duration, esc, fullTime, number } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, store } from "../store.js";
 
@@ -29,6 +30,9 @@ export function verdict(health, latest) {
 
 const time = (s) => new Date(s * 1000);
 
+// the parts penumbra up runs, as the Restarts table names them
+const PART_NAMES = { redis: "Redis", job: "Spark job", api: "API" };
+
 // the queries the job quarantined, by name (the Queries view says why and retries them)
 const failedNames = () => [...store.queries.values()].filter((e) => e.failed).map((e) => e.name).join(", ");
 
@@ -49,6 +53,10 @@ export default {
           <div class="card"><h3>Lag</h3><div class="chart small" id="c-lag" role="img" aria-label="Lag in seconds over time"></div></div>
         </div>
       </section>
+      <section aria-labelledby="restarts-title" class="stack">
+        <h2 id="restarts-title">Restarts</h2>
+        <div class="card" id="restarts" data-testid="restarts"></div>
+      </section>
       <section aria-labelledby="buf-title" class="stack">
         <h2 id="buf-title">Per query</h2>
         <div class="filters"><div><label for="h-query">Query</label><select id="h-query"></select></div></div>
@@ -61,6 +69,7 @@ export default {
     const charts = ["#c-duration", "#c-rate", "#c-lag", "#c-buffers", "#c-counters"].map($);
     let observations = [];
     let history = [];
+    let shownRestarts = "";
 
     function renderStats() {
       const health = store.health[store.health.length - 1];
@@ -83,6 +92,23 @@ export default {
           ? `${Math.round(100 * health.redis_memory)} % of its limit` : "no limit", health?.memory_warning ? "bad" : ""],
       ];
       $("#stats").innerHTML = tiles.map(([k, v, c]) => `<div class="card stat"><div class="k">${k}</div><div class="v ${c}">${esc(v)}</div></div>`).join("");
+    }
+
+    function renderRestarts() {
+      const health = store.health[store.health.length - 1];
+      const restarts = health?.status === "down" ? null : health?.restarts;
+      const box = $("#restarts");
+      const html = !restarts ? `<p class="empty">Not known while the service or Redis cannot be reached.</p>`
+        : !restarts.length ? `<p class="empty">No part of Penumbra was restarted.</p>`
+        : `<table class="responsive"><thead><tr><th scope="col">When</th><th scope="col">Part</th>
+        <th scope="col">Cause</th><th scope="col">Had run</th><th scope="col">Started again after</th></tr></thead>
+        <tbody>${restarts.map((r) => `<tr data-restart="${esc(r.id)}">
+          <td data-label="When" class="num"><span title="${esc(fullTime(r.at))}">${clock(r.at)} (${ago(r.at)})</span></td>
+          <td data-label="Part">${esc(PART_NAMES[r.part] ?? r.part)}${r.pid ? ` <span class="muted small">pid ${r.pid}</span>` : ""}</td>
+          <td data-label="Cause">${esc(r.cause)}${r.failures > 1 ? ` <span class="muted small">(${r.failures} failures in a row)</span>` : ""}</td>
+          <td data-label="Had run" class="num">${duration(r.uptime)}</td>
+          <td data-label="Started again after" class="num">${duration(r.restart_in)}</td></tr>`).join("")}</tbody></table>`;
+      if (html !== shownRestarts) box.innerHTML = shownRestarts = html;  // unchanged: nothing moves under a reader
     }
 
     function renderJob() {
@@ -161,7 +187,7 @@ export default {
       renderStats();
     }
 
-    const onHealth = () => { renderStats(); };
+    const onHealth = () => { renderStats(); renderRestarts(); };
     const onMetrics = () => { renderStats(); renderJob(); };
     const onQueries = () => { const before = $("#h-query").value; fillQueries(); if ($("#h-query").value !== before) loadQuery(); };
     $("#h-query").addEventListener("change", loadQuery);
@@ -170,6 +196,7 @@ export default {
     bus.addEventListener("queries", onQueries);
     fillQueries();
     renderStats();
+    renderRestarts();
     loadHistory();
     loadQuery();
     const timer = setInterval(() => { loadQuery(); renderJob(); }, POLL_MS);
