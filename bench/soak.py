@@ -57,10 +57,11 @@ KINDS = (("redis", "redis-server"), ("job JVM", "java"), ("job workers", "pyspar
          ("simulators", "simulate"), ("up", "penumbra up"))
 
 
-def processes(home: Path) -> dict[str, int]:
-    """Resident memory (bytes) of the live processes of ``home``, summed by kind."""
+def home_processes(home: Path) -> list[tuple[int, str, int]]:
+    """The live processes of ``home`` (its ``PENUMBRA_HOME`` in their environment, or their
+    working folder in it): pid, kind (:data:`KINDS`) and resident memory in bytes."""
     marker = f"PENUMBRA_HOME={home}".encode()
-    out: dict[str, int] = {}
+    out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -70,13 +71,21 @@ def processes(home: Path) -> dict[str, int]:
             if not ours:
                 continue
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            rss = next(int(line.split()[1]) * 1024 for line in (entry / "status").read_text().splitlines()
-                       if line.startswith("VmRSS:"))
+            status = (entry / "status").read_text().splitlines()
+            rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+            if next(line.split()[1] for line in status if line.startswith("State:")) in ("Z", "X"):
+                continue
         except (OSError, StopIteration, ValueError):
             continue
         kind = next((name for name, word in KINDS if word in command), None)
-        if kind is None:
-            kind = "other: " + Path(command.split(" ", 1)[0]).name
+        out.append((int(entry.name), kind or "other: " + Path(command.split(" ", 1)[0]).name, rss))
+    return out
+
+
+def processes(home: Path) -> dict[str, int]:
+    """Resident memory (bytes) of the live processes of ``home``, summed by kind."""
+    out: dict[str, int] = {}
+    for _, kind, rss in home_processes(home):
         out[kind] = out.get(kind, 0) + rss
     return out
 

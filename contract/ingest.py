@@ -24,7 +24,7 @@ from .entries import EVENT_FIELD, control_entry, rejected_letter
 from .identity import CONFLICT_REASON, DEFAULT_HORIZON_HOURS, Identified, identified
 from .keys import Keys
 
-__all__ = ["CONFLICT", "DUPLICATE", "append_events", "end_of_input", "ingest"]
+__all__ = ["CONFLICT", "DUPLICATE", "Appended", "append_events", "end_of_input", "ingest"]
 
 #: What :func:`ingest` answers for an event it did not append: remembered with the same
 #: content (a duplicate), or with another (a conflict).
@@ -86,8 +86,15 @@ def registered_streams(client: redis.Redis, keys: Keys) -> Streams:
     return parse_streams({name.decode(): json.loads(params) for name, params in client.hgetall(keys.streams).items()})
 
 
+class Appended(list):
+    """The entry ids of the events appended, and how many were refused as conflicts (the
+    rest of those given were duplicates)."""
+
+    conflicts: int = 0
+
+
 def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys = Keys(),
-                  horizon: float = DEFAULT_HORIZON_HOURS * 3600.0, streams: Streams | None = None) -> list[bytes]:
+                  horizon: float = DEFAULT_HORIZON_HOURS * 3600.0, streams: Streams | None = None) -> Appended:
     """Append events (JSON each) to the ingest stream in order, each identity once; the entry
     ids of those appended. Each is parsed by the core against ``streams`` (default: those
     registered): a valid event has its identity, an invalid entry none (it goes as it is:
@@ -95,7 +102,7 @@ def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys
     content under a known identity is a conflict, kept as a dead letter (``source`` =
     ``ingest``)."""
     streams = registered_streams(client, keys) if streams is None else streams
-    ids: list[bytes] = []
+    ids = Appended()
     chunk: list[bytes] = []
 
     def flush() -> None:
@@ -106,6 +113,7 @@ def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys
         ids.extend(entry for entry in found if isinstance(entry, bytes))
         conflicts = [item.payload for item, entry in zip(items, found) if entry == CONFLICT]
         if conflicts:
+            ids.conflicts += len(conflicts)
             pipe = client.pipeline(transaction=True)
             queue_dead(pipe, keys, (rejected_letter(CONFLICT_REASON, payload, time.time(), source="ingest")
                                     for payload in conflicts), DEAD_MAXLEN)

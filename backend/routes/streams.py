@@ -1,7 +1,9 @@
 """Stream parameters (templates, max_delay, pi, rho, miss_prob, gap): admins only.
 
 Validated by the core (``parse_streams``), which names the offending field; stored
-through the versioned registry and audited. A query keeps the parameters its streams
+through the versioned registry and audited. A stream's ``max_delay`` may not outlast the
+identity horizon (event time read as milliseconds, the convention of the simulators and
+the dashboard): a copy sent within the delay must still be known. A query keeps the parameters its streams
 had when it was registered (re-register it to take new ones).
 """
 
@@ -29,6 +31,12 @@ StreamName = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-
             summary="Set a stream's parameters")
 def put_stream(who: AdminDep, name: StreamName, body: StreamIn, service: ServiceDep) -> dict:
     params = body.model_dump(exclude_none=True)
+    horizon_ms = service.settings.identity_horizon * 1000.0
+    if params.get("max_delay", 0) > horizon_ms:
+        raise ApiError(422, f"max_delay: {params['max_delay']:g} is longer than the identity horizon "
+                            f"({horizon_ms:g} ms of event time, PENUMBRA_IDENTITY_HORIZON_HOURS = "
+                            f"{service.settings.identity_horizon_hours:g}): a copy of an event sent again that late "
+                            f"would be taken twice; lower max_delay or raise the horizon", field="max_delay")
     try:
         service.registry.put_streams({name: params}, who=who.label)
     except RegistryFull as error:

@@ -162,9 +162,10 @@ class RedisSink:
         attempt = 0
         while True:
             try:
-                appended = len(self.append_events(self.client, lines, self.keys, self.horizon))
-                tally.accepted += appended
-                tally.duplicates += len(lines) - appended
+                appended = self.append_events(self.client, lines, self.keys, self.horizon)
+                tally.accepted += len(appended)
+                tally.rejected += appended.conflicts   # kept as dead letters, with their reason
+                tally.duplicates += len(lines) - len(appended) - appended.conflicts
                 return
             except self.errors:
                 attempt += 1

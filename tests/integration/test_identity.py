@@ -68,6 +68,7 @@ def test_append_events_gives_invalid_entries_no_identity_and_dead_letters_confli
     ids = append_events(client, lines, keys, streams=streams)
     # the unreadable and the invalid go as they are (the job rejects them); the corrected x once
     assert len(ids) == 5 and [f[b"e"] for _, f in client.xrange(keys.ingest)] == lines[:5]
+    assert ids.conflicts == 1   # and one duplicate: 7 given
     (letter,) = client.xrange(keys.dead)[dead_before:]
     assert b"conflict" in letter[1][b"reason"] and letter[1][b"raw"] == lines[6] and letter[1][b"source"] == b"ingest"
     client.close()

@@ -116,3 +116,19 @@ def test_simulate_straight_into_the_ingest_stream(redis_server, store, keys):
                     "--redis", redis_server.url, token=None)
     assert done.returncode == 0, done.stderr
     assert len(ingested_since(store, keys, mark)) == json.loads(done.stdout)["events"] > 500
+
+
+def test_straight_into_the_ingest_stream_duplicates_and_conflicts_are_told_apart(redis_server, store, keys):
+    from penumbra.cli.feed import RedisSink, Tally
+
+    stream = f"sink-{time.monotonic_ns()}"
+    store.hset(keys.streams, stream, json.dumps({}))
+    event = lambda i, lo=1.0: json.dumps({"stream": stream, "id": i, "ts": {"lo": lo, "hi": lo + 1}}).encode()  # noqa: E731
+    tally = Tally()
+    dead = store.xlen(keys.dead)
+    with RedisSink(redis_server.url, keys.prefix) as sink:
+        sink.send([event("a"), event("b"), event("a")], tally)
+        sink.send([event("b"), event("a", lo=5.0), event("c")], tally)
+    # a, b, c taken once; a and b again as they were: duplicates; a with another time: a conflict
+    assert (tally.accepted, tally.duplicates, tally.rejected) == (3, 2, 1)
+    assert store.xlen(keys.dead) == dead + 1

@@ -67,3 +67,15 @@ def test_shape_errors_name_the_field(client, as_role, params, field):
 
 def test_bad_name(client, as_role):
     assert client.put("/api/streams/1abc", json=GOOD, headers=as_role("admin")).status_code == 422
+
+
+def test_max_delay_may_not_outlast_the_identity_horizon(client, as_role, store, keys, settings):
+    horizon_ms = settings.identity_horizon * 1000.0
+    assert horizon_ms == 24 * 3600 * 1000.0   # the default, as event-time milliseconds
+    name = unique("S")
+    assert client.put(f"/api/streams/{name}", json={"max_delay": horizon_ms}, headers=as_role("admin")).status_code == 200
+    longer = client.put(f"/api/streams/{name}", json={"max_delay": horizon_ms + 1}, headers=as_role("admin"))
+    assert longer.status_code == 422 and longer.json()["error"]["field"] == "max_delay"
+    assert "identity horizon" in longer.json()["error"]["message"]
+    assert "PENUMBRA_IDENTITY_HORIZON_HOURS" in longer.json()["error"]["message"]
+    assert json.loads(store.hget(keys.streams, name))["max_delay"] == horizon_ms   # the refused one changed nothing
