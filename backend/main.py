@@ -26,7 +26,7 @@ from .live import Hub
 from .models import EventIn
 from .operations import Operations, reject_unknown_query
 from .protocol import with_header_timeout
-from .routes import alarms, audit, events, health, live, queries, results, streams, tokens, validate
+from .routes import alarms, audit, events, health, live, queries, results, silences, streams, tokens, validate
 from .web import HtmlPolicy, mount_frontend
 
 __all__ = ["ROUTERS", "create_app", "server_options"]
@@ -34,7 +34,7 @@ __all__ = ["ROUTERS", "create_app", "server_options"]
 log = logging.getLogger("penumbra.api")
 
 ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
-           alarms.router, audit.router, tokens.router)
+           alarms.router, silences.router, audit.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Probability = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")]
+Priority = Literal["critical", "warning", "info"]
+AutoResolve = Annotated[float, Field(ge=0, le=525_600, allow_inf_nan=False)]
 QueryId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
 Cursor = Annotated[str, Field(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$", description="a result stream entry id",
                               examples=["1718000000000-0"])]
@@ -55,6 +57,9 @@ class QueryIn(Body):
         None, description="a name for people (default: the id)")
     threshold: Probability | None = Field(None, description="overrides the threshold written in the query")
     paused: Annotated[bool, Field(strict=True)] = Field(False, description="registered but fed no events")
+    priority: Priority | None = Field(None, description="how its alarms rank (default: warning)")
+    auto_resolve_minutes: AutoResolve | None = Field(None, description=(
+        "resolve an alarm instance after this many minutes without a match (default, and 0: never)"))
 
 
 class QueryPatch(Body):
@@ -64,6 +69,8 @@ class QueryPatch(Body):
                                           examples=[0.7])
     name: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     paused: Annotated[bool, Field(strict=True)] | None = None
+    priority: Priority | None = None
+    auto_resolve_minutes: AutoResolve | None = Field(None, description="0 turns auto-resolve off")
 
 
 class QueryFailure(BaseModel):
@@ -81,6 +88,8 @@ class QueryOut(BaseModel):
     name: str
     threshold: float | None = Field(description="the threshold (or confidence) it matches at")
     paused: bool
+    priority: Priority = Field("warning", description="how its alarms rank")
+    auto_resolve_minutes: float | None = Field(None, description="alarm instances resolve after this quiet (null: never)")
     failed: QueryFailure | None = Field(None, description=(
         "set when the job could not run the query: it is skipped (the others go on) until a PATCH changes it "
         "or it is removed"))
@@ -182,6 +191,7 @@ class MatchOut(BaseModel):
     range: list[float] | None = Field(None, description="a pattern match's time range")
     batch: int | None = Field(None, description="the micro-batch that found it")
     at: float = Field(description="when it was written, seconds since the epoch")
+    alarm: str | None = Field(None, description="the alarm instance (query and key) it counts for")
 
 
 class AuditOut(BaseModel):
@@ -288,27 +298,75 @@ AlarmState = Literal["new", "acknowledged", "silenced", "resolved"]
 
 
 class AlarmOut(BaseModel):
-    """A query's alarm: its matches since it was last resolved."""
+    """An alarm instance: one query's matches about one key (its equality key's values;
+    null for a query without one), since the instance last opened."""
 
+    id: str = Field(description="the instance: the query's id for a query without key, else <query>:<digest of the key>")
     query: str
-    name: str
+    name: str = Field(description="the query's name")
+    key: dict[str, Any] | None = Field(description="what it is about, e.g. {\"region\": 17}; null: no key")
     state: AlarmState
-    matches: int = Field(description="matches since the alarm opened (counted up to 10,000)")
-    first: str | None = Field(description="cursor of the alarm's first match")
-    last: str | None = Field(description="cursor of the query's latest match")
+    priority: Priority
+    matches: int = Field(description="matches since the instance opened (exact)")
+    episode: int = Field(description="how many times it opened (the first match, and each after a resolution)")
+    opened_at: float | None = Field(description="when it opened, seconds since the epoch")
+    last_at: float | None = Field(description="when its latest match was written")
+    first: str | None = Field(description="cursor of its first match since it opened")
+    last: str | None = Field(description="cursor of its latest match")
     last_prob: float | None
+    high_prob: float | None = Field(description="the highest probability since it opened")
     silenced_until: float | None = None
-    updated_by: str | None = None
+    silence: str | None = Field(None, description="the silence (by matcher) that covers it")
+    updated_by: str | None = Field(None, description="who acted on it last in this episode (auto: auto-resolve)")
     updated_at: float | None = None
+    comment: str | None = None
 
 
 class AlarmList(BaseModel):
-    items: list[AlarmOut]
+    items: list[AlarmOut] = Field(description="by priority, state, then latest match first")
+    next: str | None = Field(None, description="give it as next for the following page; null: no more")
+
+
+Comment = Annotated[str, Field(min_length=1, max_length=2000)]
 
 
 class SilenceIn(Body):
     until: Annotated[float, Field(strict=True, allow_inf_nan=False)] = Field(
         description="seconds since the epoch; must be in the future", examples=[1893456000.0])
+    comment: Comment | None = None
+
+
+class ResolveIn(Body):
+    comment: Comment | None = None
+
+
+class MatcherIn(Body):
+    """A silence by matcher: a query and, optionally, some of its key's attributes."""
+
+    query: QueryId
+    key: dict[str, str | int | float | bool | None] | None = Field(None, description=(
+        "attributes the instance's key must have (all of them); null: every instance of the query"),
+        examples=[{"region": 17}])
+    start: Annotated[float, Field(strict=False, allow_inf_nan=False)] | None = Field(
+        None, description="seconds since the epoch (default: now)")
+    end: Annotated[float, Field(strict=False, allow_inf_nan=False)] = Field(description="seconds since the epoch")
+    comment: Comment | None = None
+
+
+class MatcherOut(BaseModel):
+    id: str
+    query: str
+    key: dict[str, Any] | None
+    start: float
+    end: float
+    author: str
+    comment: str | None = None
+    created: float
+    active: bool = Field(description="in force now")
+
+
+class MatcherList(BaseModel):
+    items: list[MatcherOut]
 
 
 # --- tokens ----------------------------------------------------------------------------------

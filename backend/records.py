@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import redis
 
-from contract.entries import read_alarm_state, read_match, read_metrics, read_observation
+from contract.alarms import instance_view, read_instance, read_silence, read_state
+from contract.entries import read_match, read_metrics, read_observation
 
 from .deps import Service
 
-__all__ = ["PARTS", "alarm", "finite", "match_record", "matches_info", "metrics_record", "observation_record",
+__all__ = ["PARTS", "alarm_views", "finite", "match_record", "matches_info", "metrics_record", "observation_record",
            "projection"]
 
 
@@ -72,29 +73,40 @@ def matches_info(service: Service, query_id: str) -> tuple[int, str | None, floa
     return int(info["entries-added"]), last[0].decode(), read_match(*last)["prob"]
 
 
-def alarm(service: Service, entry: dict, now: float | None = None) -> dict | None:
-    """The query's alarm as it stands (None: never matched, never acted on)."""
+def alarm_views(service: Service, entries: Mapping[str, dict], named: Mapping[str, Iterable[str]] | None = None,
+                now: float | None = None) -> list[dict]:
+    """The alarm instances of these queries (``entries``, id -> registry entry) as the API
+    shows them: every instance, or for each query in ``named`` only those instances (one
+    read of records, states and silences; contract/alarms.py puts them together)."""
     now = time.time() if now is None else now
-    query_id = entry["id"]
-    added, last, last_prob = matches_info(service, query_id)
-    record = read_alarm_state(service.redis.hgetall(service.keys.alarms(query_id)))
-    if not record and not added:
-        return None
-    count = max(0, added - record.get("added", 0))
-    stored = record.get("state", "new")
-    until = record.get("until")
-    if stored == "resolved":
-        state = "new" if count else "resolved"
-    elif stored == "silenced" and until is not None and now >= until:
-        state = "new" if added > record.get("acted_added", 0) else "acknowledged"
-    else:
-        state = stored
-    first = None
-    if count:
-        after = record.get("cursor")
-        found = service.redis.xrange(service.keys.matches(query_id), f"({after}" if after else "-", "+", count=1)
-        first = found[0][0].decode() if found else None
-    return {"query": query_id, "name": entry.get("name", query_id), "state": state, "matches": count,
-            "first": first, "last": last, "last_prob": last_prob,
-            "silenced_until": until if state == "silenced" else None,
-            "updated_by": record.get("by"), "updated_at": record.get("at")}
+    keys = service.keys
+    order = list(entries)
+    pipe = service.redis.pipeline(transaction=False)
+    for query in order:
+        wanted = None if named is None else list(named.get(query, ()))
+        if wanted is None:
+            pipe.hgetall(keys.instances(query))
+            pipe.hgetall(keys.alarm_states(query))
+        elif wanted:
+            pipe.hmget(keys.instances(query), wanted)
+            pipe.hmget(keys.alarm_states(query), wanted)
+    pipe.hgetall(keys.silences)
+    answers = pipe.execute()
+    silences = [read_silence(i.decode(), raw) for i, raw in answers.pop().items()]
+    views = []
+    for query in order:
+        wanted = None if named is None else list(named.get(query, ()))
+        if wanted is not None and not wanted:
+            continue
+        records, states = answers.pop(0), answers.pop(0)
+        if wanted is not None:
+            records = {i: r for i, r in zip(wanted, records) if r is not None}
+            states = {i: r for i, r in zip(wanted, states) if r is not None}
+        else:
+            records = {i.decode(): r for i, r in records.items()}
+            states = {i.decode(): r for i, r in states.items()}
+        for instance in sorted(set(records) | set(states)):
+            raw = records.get(instance)
+            views.append(instance_view(entries[query], instance, read_instance(raw) if raw else None,
+                                       read_state(states.get(instance)), silences, now))
+    return views

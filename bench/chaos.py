@@ -16,8 +16,8 @@ Spark job, the API), and, from here:
 
 The verdict, once the matches stop coming: they equal ``penumbra eval``'s over every event
 posted (pair by pair, probability by probability), none twice, none lost; the alarm's
-count is exact; every websocket client received every match once, in order, across its
-reconnects; ``/api/health`` names each restart ``penumbra up`` made, with the killed pid
+instances (one per key) count exactly their key's matches; every websocket client received
+every match once, in order, across its reconnects, and the latest state of every instance; ``/api/health`` names each restart ``penumbra up`` made, with the killed pid
 and its cause. tests/system/test_chaos.py runs three rounds; ten are this bench run, its
 report in bench/out/chaos.md and docs/chaos.md.
 
@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -57,8 +58,6 @@ STREAMS = {"chaosA": {"pi": 40, "max_delay": 1000}, "chaosB": {"pi": 40, "max_de
 VICTIMS = {"driver": "job driver", "worker": "job workers", "api": "API", "redis": "redis"}
 #: the part of penumbra up (its restart record's ``part``) each victim is, when up restarts it
 PARTS = {"driver": "job", "api": "api", "redis": "redis"}
-#: the alarm counts matches up to this many (backend/models.py, AlarmOut)
-ALARM_COUNT_CAP = 10_000
 #: seconds the system has to come back after a kill
 RECOVERY_SECONDS = 600.0
 
@@ -153,7 +152,7 @@ class Listener(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.token = url.replace("http://", "ws://") + "/ws", token
         self.ids: list[str] = []
-        self.alarm: dict | None = None
+        self.alarms: dict[str, dict] = {}      # alarm instance -> its latest message
         self.alarm_cursor: str | None = None
         self.reconnects = self.gaps = 0
         self.stop = threading.Event()
@@ -178,7 +177,8 @@ class Listener(threading.Thread):
                         if message.get("type") == "matches":
                             self.ids.append(message["id"])
                         elif message.get("type") == "alarms":
-                            self.alarm, self.alarm_cursor = message["data"], message["id"]
+                            self.alarms[message["data"]["id"]] = message["data"]
+                            self.alarm_cursor = max(self.alarm_cursor or "0-0", message["id"] or "0-0", key=_cursor)
                         elif message.get("type") == "gap":
                             self.gaps += 1
             except Exception:  # noqa: BLE001 - closed (API killed, too slow, Redis away): resume
@@ -188,6 +188,11 @@ class Listener(threading.Thread):
                 time.sleep(0.5)
 
 
+def _cursor(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 @dataclass
 class Outcome:
     rounds: list[Round]
@@ -195,7 +200,8 @@ class Outcome:
     expected: list[dict]
     found: list[dict]                 # the matches in Redis, in stream order
     stream_ids: list[str]
-    alarm: dict
+    alarms: list[dict]                # the query's alarm instances, one per key, from REST
+    posted: list[dict]                # every event posted
     clients: list[Listener]
     restarts: list[dict]
     poster: Poster
@@ -220,16 +226,24 @@ class Outcome:
                if pair(m) in expected and abs(m["prob"] - expected[pair(m)]) > 1e-9]
         if off:
             out.append(f"{len(off)} probabilities differ from penumbra eval's, e.g. {off[:3]}")
-        if self.alarm.get("matches") != min(len(expected), ALARM_COUNT_CAP):
-            out.append(f"the alarm counts {self.alarm.get('matches')} matches, not {len(expected)}")
+        # one alarm instance per key, counting exactly its key's matches (keys from the events posted)
+        key_of = {e["id"]: e["attrs"]["k"] for e in self.posted if e["stream"] == "chaosA"}
+        wanted = Counter(key_of[m["events"]["A"]] for m in self.expected)
+        counted = {a["key"]["k"]: a["matches"] for a in self.alarms if a["key"]}
+        if counted != dict(wanted) or any(a["key"] is None for a in self.alarms):
+            off = {k: (counted.get(k), n) for k, n in wanted.items() if counted.get(k) != n}
+            out.append(f"alarm instances: {len(counted)} for {len(wanted)} keys, {len(off)} count another number "
+                       f"of matches (e.g. {sorted(off.items())[:3]})")
         for n, client in enumerate(self.clients):
             if client.ids != self.stream_ids:
                 seen = set(client.ids)
                 out.append(f"websocket client {n}: {len(client.ids)} messages for {len(self.stream_ids)} matches, "
                            f"{len(client.ids) - len(seen)} twice, {len(set(self.stream_ids) - seen)} missed")
-            if client.alarm is None or client.alarm.get("matches") != self.alarm.get("matches"):
-                out.append(f"websocket client {n}: its last alarm message counts "
-                           f"{(client.alarm or {}).get('matches')}, the alarm {self.alarm.get('matches')}")
+            latest = {i: a["matches"] for i, a in client.alarms.items()}
+            if latest != {a["id"]: a["matches"] for a in self.alarms}:
+                out.append(f"websocket client {n}: its latest alarm messages count {sum(latest.values())} matches "
+                           f"over {len(latest)} instances, REST {sum(a['matches'] for a in self.alarms)} over "
+                           f"{len(self.alarms)}")
         for round_ in self.rounds:
             part = PARTS.get(round_.victim)
             if part and not any(r["part"] == part and r["pid"] == round_.pid and r["cause"] == "was killed by SIGKILL"
@@ -348,9 +362,10 @@ def run(rounds: int, seed: int, clients: int = 3, pause: tuple[float, float] = (
                 time.sleep(0.5)
             time.sleep(2.0)     # anything sent twice would be here by now
             with httpx.Client(base_url=up.url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-                alarm = http.get(f"/api/alarms/{QUERY_ID}").json()
+                alarms = http.get("/api/alarms", params={"query": QUERY_ID, "limit": 1000}).json()["items"]
             restarts = (health(up.url) or {}).get("restarts", [])
-            return Outcome(done, len(poster.events), expected, found, ids, alarm, listeners, restarts, poster, seconds)
+            return Outcome(done, len(poster.events), expected, found, ids, alarms, poster.events, listeners, restarts,
+                           poster, seconds)
         finally:
             if poster:
                 poster.stop.set()
@@ -400,7 +415,7 @@ def main() -> None:
     report.say(f"events accepted: {outcome.events:,}; retries: {outcome.poster.retried:,}; answered as duplicates: "
                f"{outcome.poster.duplicates:,}; longest wait for a 2xx: {outcome.poster.longest_wait:.1f} s")
     report.say(f"matches: {len(outcome.found):,} stored, {len(outcome.expected):,} from penumbra eval; "
-               f"alarm count {outcome.alarm.get('matches')}")
+               f"{len(outcome.alarms)} alarm instances counting {sum(a['matches'] for a in outcome.alarms):,}")
     for n, client in enumerate(outcome.clients):
         report.say(f"websocket client {n}: {len(client.ids):,} matches, {client.reconnects} reconnects, "
                    f"{client.gaps} gaps")

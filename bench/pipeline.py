@@ -39,6 +39,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -145,8 +146,10 @@ def matches_of(client: redis.Redis, keys: Keys) -> set[tuple[str, ...]]:
             for m in (json.loads(fields[b"m"]) for _, fields in client.xrange(keys.matches(QUERY_ID)))}
 
 
-def throughput(lines: list[str], batch_rows: int, home: Path, streams: dict = STREAMS, query: str = QUERY) -> dict:
-    """The job over ``lines`` waiting in Redis: events/s and where the batches' time went."""
+def throughput(lines: list[str], batch_rows: int, home: Path, streams: dict = STREAMS, query: str = QUERY,
+               **settings) -> dict:
+    """The job over ``lines`` waiting in Redis (the job's ``settings`` beside the bench's
+    own): events/s, where the batches' time went, the job's peak resident memory."""
     keys = Keys()
     with RedisServer(home / "redis") as server:
         client = redis.Redis.from_url(server.url)
@@ -155,13 +158,21 @@ def throughput(lines: list[str], batch_rows: int, home: Path, streams: dict = ST
         registry.register(query, query_id=QUERY_ID)
         append_events(client, lines, keys)
         mark = end_of_input(client, [QUERY_ID], keys)
-        job = JobProcess(home / "job", server.url, **job_settings(batch_rows)).start()
+        job = JobProcess(home / "job", server.url, **{**job_settings(batch_rows), **settings}).start()
         started = time.monotonic()
+        peak, sampling = [0.0], threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(0.5):
+                peak[0] = max(peak[0], _group_rss_mb(job.child.pid))
+
+        threading.Thread(target=sample, daemon=True).start()
         try:
             wait_for_mark(client, mark, job, 3600, keys)
             wall = time.monotonic() - started
             wait_for_metrics(client, mark, job, 60, keys)
         finally:
+            sampling.set()
             job.stop()
         # the batch that holds only the end-of-input mark carries no event
         batches = [b for b in batch_metrics(client, keys) if b["rows"]]
@@ -180,7 +191,8 @@ def throughput(lines: list[str], batch_rows: int, home: Path, streams: dict = ST
             "events_per_s": sum(b["rows"] for b in steady) / seconds, "wall_s": wall,
             **warm([(b["rows"], b["duration_ms"]) for b in steady]),
             "stages_ms_per_batch": {k: v / len(steady) for k, v in sorted(stages.items())},
-            "matches": len(pairs), "pairs": pairs, "per_batch": [(b["rows"], b["duration_ms"]) for b in batches]}
+            "matches": len(pairs), "pairs": pairs, "per_batch": [(b["rows"], b["duration_ms"]) for b in batches],
+            "peak_rss_mb": peak[0], "state_bytes": max((b.get("state_bytes") or 0 for b in batches), default=0)}
 
 
 def warm(steady: list[tuple[int, float]]) -> dict:
@@ -378,6 +390,37 @@ def soak(rate: int, minutes: float, home: Path, report: Report) -> list[dict]:
     return rows
 
 
+def state_memory(args, budgets: list[int]) -> None:
+    """The drain with the state stores' memory bounded at each budget, the first the baseline."""
+    report = Report("pipeline_state_memory", "The cost of bounding the state stores' memory")
+    lines = intrusions(args.events, regions=args.regions, spacing=20.0)
+    report.say(f"`python bench/pipeline.py --state-memory {args.state_memory} --events {args.events} --regions "
+               f"{args.regions}`: intrusion workload over {args.regions:,} regions, one detection every 20 ms, "
+               f"batches of {args.batch_rows:,} rows")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="penumbra-bench-") as folder:
+        for budget in budgets:
+            run = throughput(lines, args.batch_rows, Path(folder) / f"mb{budget}", state_memory_mb=budget)
+            runs.append(run)
+            base = runs[0]
+            report.say(f"  PENUMBRA_STATE_MEMORY_MB={budget:<4} ({'no bound' if not budget else 'bounded'}): "
+                       f"{run['events_per_s']:,.0f} events/s after the first batch "
+                       f"({run['events_per_s'] / base['events_per_s']:.2f}x the first), warm "
+                       f"{run['warm_events_per_s']:,.0f} ({run['warm_events_per_s'] / base['warm_events_per_s']:.2f}x); "
+                       f"job's peak RSS {run['peak_rss_mb']:,.0f} MB; state {run['state_bytes'] / 1e6:,.1f} MB; "
+                       f"same pairs as the first: {run['pairs'] == base['pairs']}")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, (rate, memory) = plt.subplots(1, 2, figsize=(9, 3.5))
+    names = [str(b) if b else "no bound" for b in budgets]
+    rate.bar(names, [r["warm_events_per_s"] for r in runs])
+    rate.set(title="warm drain rate", xlabel="PENUMBRA_STATE_MEMORY_MB", ylabel="events/s")
+    memory.bar(names, [r["peak_rss_mb"] for r in runs])
+    memory.set(title="job's peak RSS", xlabel="PENUMBRA_STATE_MEMORY_MB", ylabel="MB")
+    report.save(figure)
+
+
 def _group_rss_mb(leader: int) -> float:
     """Resident memory of every process in ``leader``'s process group (the job, its JVM, its Python workers)."""
     total = 0
@@ -409,7 +452,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small figures, a smoke run")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="only a soak at --soak-rate (not for CI)")
     parser.add_argument("--soak-rate", type=int, default=2_000)
+    parser.add_argument("--state-memory", metavar="MB,MB,...", help=(
+        "only the cost of bounding the state stores' memory: the drain over --regions key values with "
+        "PENUMBRA_STATE_MEMORY_MB at each value (0: no bound)"))
+    parser.add_argument("--regions", type=int, default=10_000, help="key values of --state-memory's workload")
     args = parser.parse_args()
+    if args.state_memory:
+        state_memory(args, [int(mb) for mb in args.state_memory.split(",")])
+        return
     if args.soak:
         report = Report("pipeline_soak", "The Spark pipeline under a steady load")
         with tempfile.TemporaryDirectory(prefix="penumbra-soak-") as folder:

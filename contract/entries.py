@@ -17,10 +17,10 @@ from typing import Any, Iterable
 
 import orjson
 
-__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "alarm_state_entry", "audit_entry",
+__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "audit_entry",
            "control_entry", "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm",
            "live_batch", "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry",
-           "read_alarm_action", "read_alarm_state", "read_audit", "read_dead", "read_end_mark", "read_match",
+           "read_alarm_action", "read_audit", "read_dead", "read_end_mark", "read_match",
            "read_metrics", "read_observation", "read_restart", "rejected_letter", "restart_entry"]
 
 #: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
@@ -151,11 +151,11 @@ def read_dead(fields: dict) -> dict:
 
 # --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
 
-def match_entry(match: bytes, batch: int, group: int) -> dict:
+def match_entry(match: bytes, batch: int, group: int, instance: str) -> dict:
     """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
-    and the key group that found it. The sink appends these by script
-    (:func:`contract.results.queue_matches`), in this shape."""
-    return {"m": match, "b": batch, "g": group}
+    and the key group that found it, and its alarm instance (:mod:`contract.alarms`). The
+    sink appends these by script (:func:`contract.results.queue_matches`), in this shape."""
+    return {"m": match, "b": batch, "g": group, "i": instance}
 
 
 def _batch(fields: dict) -> int | None:
@@ -171,7 +171,8 @@ def read_match(entry_id: bytes, fields: dict) -> dict:
     """One match entry: its cursor, events, probability, range (patterns), batch and time."""
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
-            "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id)}
+            "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
+            "alarm": _text(fields, "i")}
 
 
 def observation_entry(record: dict, batch: int) -> dict:
@@ -209,32 +210,15 @@ def live_alarm(query: str) -> str:
     return json.dumps({"alarm": query})
 
 
-# --- alarms (pn:alarms:<qid>, pn:alarm-actions) ----------------------------------------------
+# --- alarm actions (pn:alarm-actions; the instances' records and states: contract/alarms.py) ----
 
-def alarm_state_entry(state: str, by: str, at: float, acted_added: int, **fields: Any) -> dict:
-    """A query's alarm state as stored: the state, who set it and when, the match count
-    then (``acted_added``), and the state's own fields (``until`` of a silence; ``added``
-    and ``cursor`` at a resolution)."""
-    return {"state": state, "by": by, "at": at, "acted_added": acted_added, **fields}
+def alarm_action_entry(query: str, action: str, instance: str) -> dict:
+    return {"q": query, "action": action, "i": instance}
 
 
-def read_alarm_state(fields: dict) -> dict:
-    """A stored alarm state (empty: never acted on), numbers as numbers."""
-    if not fields:
-        return {}
-    state = {"state": _text(fields, "state", "new"), "by": _text(fields, "by"), "at": _number(fields, "at"),
-             "acted_added": _number(fields, "acted_added", int) or 0, "added": _number(fields, "added", int) or 0,
-             "cursor": _text(fields, "cursor"), "until": _number(fields, "until")}
-    return state
-
-
-def alarm_action_entry(query: str, action: str) -> dict:
-    return {"q": query, "action": action}
-
-
-def read_alarm_action(fields: dict) -> tuple[str | None, str | None]:
-    """The query and action of an alarm-action entry."""
-    return _text(fields, "q"), _text(fields, "action")
+def read_alarm_action(fields: dict) -> tuple[str | None, str | None, str | None]:
+    """The query, action and alarm instance of an alarm-action entry."""
+    return _text(fields, "q"), _text(fields, "action"), _text(fields, "i")
 
 
 # --- audit (pn:audit) --------------------------------------------------------------------------

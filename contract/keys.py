@@ -103,8 +103,22 @@ class Keys:
         """What ``penumbra up`` restarted, and why."""
         return f"{self.prefix}:restarts"
 
-    def alarms(self, query: str) -> str:
-        return f"{self.prefix}:alarms:{query}"
+    def instances(self, query: str) -> str:
+        """The job's records of a query's alarm instances (contract/alarms.py)."""
+        return f"{self.prefix}:instances:{query}"
+
+    def alarm_states(self, query: str) -> str:
+        """What people did to a query's alarm instances (contract/alarms.py)."""
+        return f"{self.prefix}:alarm-states:{query}"
+
+    @property
+    def alarm_events(self) -> str:
+        """Instances that opened or reopened, for the notifiers."""
+        return f"{self.prefix}:alarm-events"
+
+    @property
+    def silences(self) -> str:
+        return f"{self.prefix}:silences"
 
     @property
     def tokens(self) -> str:

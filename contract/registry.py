@@ -20,6 +20,7 @@ from penumbra.events import Streams, parse_streams
 from penumbra.operator import Operator
 from penumbra.query import check_registered, parse
 
+from .alarms import DEFAULT_PRIORITY
 from .entries import audit_entry
 from .keys import Keys
 
@@ -38,6 +39,10 @@ RELEASE_CHUNK = 500
 #: Queries and streams a registry holds at most (every change stores a copy of it all).
 MAX_QUERIES = 1000
 MAX_STREAMS = 1000
+
+
+#: What a query's entry says of its alarms alone: changing it does not change what the job runs.
+ALARM_FIELDS = frozenset({"priority", "auto_resolve_minutes"})
 
 
 class RegistryError(PenumbraError):
@@ -123,8 +128,11 @@ class Registry:
     # --- changing --------------------------------------------------------------------------
 
     def register(self, text: str, *, query_id: str | None = None, threshold: float | None = None,
-                 name: str | None = None, paused: bool = False, who: str = "system") -> dict:
-        """Validate and register a query; returns its entry."""
+                 name: str | None = None, paused: bool = False, priority: str | None = None,
+                 auto_resolve_minutes: float | None = None, who: str = "system") -> dict:
+        """Validate and register a query; returns its entry. ``priority`` (critical, warning,
+        info; default warning) orders its alarms; ``auto_resolve_minutes`` (default: off)
+        resolves an alarm instance after that much quiet."""
         parsed = parse(text)
         query_id = query_id or f"q-{secrets.token_hex(4)}"
 
@@ -135,7 +143,8 @@ class Registry:
                 raise RegistryFull(f"at most {self.max_queries} queries are registered: remove one first")
             entry = {"id": query_id, "text": text, "kind": parsed.kind, "name": name or query_id,
                      "threshold": threshold if threshold is not None else parsed.threshold,
-                     "paused": bool(paused), "created": time.time()}
+                     "paused": bool(paused), "priority": priority or DEFAULT_PRIORITY,
+                     "auto_resolve_minutes": auto_resolve_minutes or None, "created": time.time()}
             read = check_entry(entry, registry["streams"], registered=True).partition_keys()
             # a query keeps the parameters of its streams as they were when it was registered
             entry["streams"] = {s: p for s, p in registry["streams"].items() if s.casefold() in read}
@@ -146,10 +155,13 @@ class Registry:
         return self._change(change, who, "register", query_id)
 
     def update(self, query_id: str, *, who: str = "system", **changes) -> dict:
-        """Change a query's ``threshold``, ``name`` or ``paused`` flag."""
-        unknown = set(changes) - {"threshold", "name", "paused"}
+        """Change a query's ``threshold``, ``name`` or ``paused`` flag, or how its alarms go
+        (``priority``, ``auto_resolve_minutes``: 0 or None turns it off)."""
+        unknown = set(changes) - {"threshold", "name", "paused", "priority", "auto_resolve_minutes"}
         if unknown:
             raise RegistryError(f"cannot change {sorted(unknown)[0]!r} of a query")
+        if "auto_resolve_minutes" in changes:
+            changes["auto_resolve_minutes"] = changes["auto_resolve_minutes"] or None
 
         def change(registry: dict) -> dict:
             entry = registry["queries"].get(query_id)
@@ -157,7 +169,8 @@ class Registry:
                 raise RegistryError(f"no query {query_id!r}")
             entry.update(changes)
             check_entry(entry, entry["streams"])
-            entry.pop("failed", None)  # a changed query runs again
+            if set(changes) - ALARM_FIELDS:
+                entry.pop("failed", None)  # a changed query runs again
             return entry
 
         return self._change(change, who, "update", query_id, changes)

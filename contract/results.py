@@ -1,6 +1,16 @@
-"""The job's writes of matches: thousands of entries of one query in one command.
+"""The job's writes of matches and of the alarm instances they touch, in one script per call.
 
-Each entry has :func:`contract.entries.match_entry`'s shape, ``{m, b, g}``.
+A match is about a key (:attr:`penumbra.operator.Match.key`); each (query, key) is an
+alarm instance (:mod:`contract.alarms`). The sink hands a query's matches of one batch to
+:func:`queue_matches`, which queues on the batch's MULTI/EXEC one script per
+:data:`MATCHES_PER_CALL` matches: it appends every match to the query's result stream
+(``{m, b, g, i}``: :func:`contract.entries.match_entry`) and merges into each touched
+instance's record (``pn:instances:<qid>``) its count, its highest and latest
+probability, its first and latest match's cursor and the batch's time. An instance opens
+an *episode* at its first match ever, at the first match after someone resolved it in
+its current episode, and at the first match after the query's ``auto_resolve_minutes``
+of quiet; each opening is noted in ``pn:alarm-events`` for the notifiers. Being in the
+batch's transaction, all of it is written exactly once.
 """
 
 from __future__ import annotations
@@ -9,32 +19,97 @@ from typing import Sequence
 
 import redis
 
+from .alarms import EVENTS_MAXLEN, instance_id, key_json
 from .keys import Keys
 
 __all__ = ["MATCHES_PER_CALL", "queue_matches"]
 
-#: Appends a query's matches of one batch to its result stream (KEYS[1], capped at about
-#: ARGV[1] entries), each as ``{m: match JSON, b: batch id (ARGV[2]), g: key group}`` from the
-#: pairs that follow. One command for thousands of matches: an XADD each in the
-#: transaction cost redis-py a queued reply each, three times the time of the script
-#: (12,000 matches: 64-76 ms against 21-23 ms).
+#: KEYS: result stream, instance records, instance states (the service's), alarm events,
+#: the registry's queries. ARGV: maxlen, batch, now, query id, instance count n, then n
+#: times (instance id, key JSON, count, highest probability, latest probability), then per
+#: match (match JSON, key group, instance index from 0). Probabilities stay the strings
+#: Python wrote (cjson would round them to 14 digits). Returns the entries appended.
 _APPEND_MATCHES = """
-local stream, maxlen, batch = KEYS[1], ARGV[1], ARGV[2]
-for i = 3, #ARGV, 2 do
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1])
+local stream, records, states, events, queries = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local maxlen, batch, now, query, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local first, last = {}, {}
+local base = 6 + 5 * n
+for i = base, #ARGV, 3 do
+  local k = tonumber(ARGV[i + 2])
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1],
+                        'i', ARGV[6 + 5 * k])
+  if first[k] == nil then first[k] = id end
+  last[k] = id
 end
-return (#ARGV - 2) / 2
-"""
+local quiet = nil
+local entry = redis.call('HGET', queries, query)
+if entry then
+  local minutes = cjson.decode(entry)['auto_resolve_minutes']
+  if type(minutes) == 'number' then quiet = minutes * 60 end
+end
+for k = 0, n - 1 do
+  local o = 6 + 5 * k
+  local iid, count, high, latest = ARGV[o], tonumber(ARGV[o + 2]), ARGV[o + 3], ARGV[o + 4]
+  local raw = redis.call('HGET', records, iid)
+  local r, opens
+  if raw then
+    r = cjson.decode(raw)
+    local state = redis.call('HGET', states, iid)
+    state = state and cjson.decode(state)
+    opens = (state and state['state'] == 'resolved' and state['episode'] == r['episode'])
+            or (quiet ~= nil and now - r['last_at'] >= quiet)
+  else
+    r = {key = ARGV[o + 1], added = 0, episode = 0}
+    opens = true
+  end
+  if opens then
+    r['episode'] = r['episode'] + 1
+    r['opened_added'] = r['added']
+    r['opened_at'] = now
+    r['first'] = first[k]
+    r['high'] = high
+    redis.call('XADD', events, 'MAXLEN', '~', %d, '*', 'i', iid, 'q', query,
+               'event', r['episode'] == 1 and 'opened' or 'reopened', 'episode', r['episode'], 'at', ARGV[3])
+  elseif tonumber(high) > tonumber(r['high']) then
+    r['high'] = high
+  end
+  r['added'] = r['added'] + count
+  r['last'] = last[k]
+  r['last_at'] = now
+  r['last_prob'] = latest
+  redis.call('HSET', records, iid, cjson.encode(r))
+end
+return (#ARGV - base + 1) / 3
+""" % EVENTS_MAXLEN
 MATCHES_PER_CALL = 10_000
 
 
 def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: int,
-                  matches: Sequence[tuple[bytes, int]], maxlen: int) -> None:
-    """Queue a query's ``(match JSON, key group)`` pairs of one batch on ``pipe`` (the
-    batch's MULTI/EXEC), in order, the stream capped at about ``maxlen`` entries."""
+                  matches: Sequence[tuple[bytes, int, dict | None, float]], maxlen: int, now: float) -> None:
+    """Queue a query's matches of one batch on ``pipe`` (the batch's MULTI/EXEC), in order:
+    each ``(match JSON, key group, key, probability)``; the stream capped at about
+    ``maxlen`` entries, the instances they touch stamped with ``now``."""
     for start in range(0, len(matches), MATCHES_PER_CALL):
-        args: list = [maxlen, batch]
-        for data, group in matches[start:start + MATCHES_PER_CALL]:
-            args += (data, group)
+        chunk = matches[start:start + MATCHES_PER_CALL]
+        index: dict[str, int] = {}
+        touched: list[list] = []
+        rows: list = []
+        for data, group, key, prob in chunk:
+            spelled = key_json(key)
+            iid = instance_id(query, key, spelled)
+            k = index.get(iid)
+            if k is None:
+                k = index[iid] = len(touched)
+                touched.append([iid, spelled or "null", 0, prob, prob])
+            instance = touched[k]
+            instance[2] += 1
+            if prob > instance[3]:
+                instance[3] = prob
+            instance[4] = prob
+            rows += (data, group, k)
+        args: list = [maxlen, batch, repr(float(now)), query, len(touched)]
+        for iid, spelled, count, high, latest in touched:
+            args += (iid, spelled, count, repr(float(high)), repr(float(latest)))
         # EVAL, not EVALSHA: a script Redis does not know would fail inside EXEC alone
-        pipe.eval(_APPEND_MATCHES, 1, keys.matches(query), *args)
+        pipe.eval(_APPEND_MATCHES, 5, keys.matches(query), keys.instances(query), keys.alarm_states(query),
+                  keys.alarm_events, keys.queries, *args, *rows)

@@ -45,11 +45,19 @@ class Match:
     the probability (join probability, pattern confidence or lossy-CEP probability),
     and for patterns the match's time range ``[lo, hi]`` (the imprecise-timestamps
     paper's Table 1: from the earliest first-event instant to the latest last-event
-    instant over the match's possible worlds)."""
+    instant over the match's possible worlds).
+
+    ``key`` is what the match is about: the values of the query's equality key (a join's
+    ``A.region = B.region``, a pattern's partition attribute, a lossy query's hash
+    attribute) by the attribute names of the query's first keyed variable, e.g.
+    ``{"region": 17}``; ``None`` for a query without one. Alarms are kept per query and
+    key. It is not part of the match's JSON (``penumbra eval`` prints events and
+    probability) and two matches that differ only in it are equal."""
 
     events: dict[str, str]
     prob: float
     range: tuple[float, float] | None = None
+    key: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"events": dict(self.events), "prob": self.prob}

@@ -65,12 +65,13 @@ def build_session(settings: JobSettings) -> SparkSession:
                .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                .config("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINTS)
                .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-               # one memory budget for every state store of the process, write buffers within it
-               .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
-               .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb))
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.executorEnv.PYTHONPATH", package_root)
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false"))
+    if settings.state_memory_mb:
+        # one memory budget for every state store of the process, write buffers within it
+        builder = (builder.config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
+                   .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb)))
     if settings.java_options:
         # the driver's take effect when this process starts the JVM (not under spark-submit)
         builder = (builder.config("spark.driver.extraJavaOptions", settings.java_options)

@@ -5,7 +5,8 @@ with the group's events and ticks. The work itself is the core's
 :func:`penumbra.keyed.step`; this module only moves its state in and out of Spark's
 state store (RocksDB) and turns its results into rows for the sink.
 
-Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON),
+Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON, and
+in ``raw`` its key and probability: ``[key, prob]``),
 ``l`` (an event the operator did not process, with the reason), ``o`` (the group's
 observations), ``g`` (the group's state: snapshot size and the shuffle partition that ran
 it, or dropped), ``f`` (the query failed on this group's block: its error; the group keeps
@@ -94,7 +95,9 @@ class GroupProcessor(StatefulProcessor):
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))
         if result is None:
             return None
-        out = [(query_id, group, "m", -1, encode(m.to_json()), None) for m in result.matches]
+        # a match's row carries its key and probability for the sink's alarm instances
+        out = [(query_id, group, "m", -1, encode(m.to_json()), encode([getattr(m, "key", None), m.prob]))
+               for m in result.matches]
         out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
                                                    "reason": late.reason}), None) for late in result.late]
         out.append((query_id, group, "o", -1, encode(result.observations), None))

@@ -43,10 +43,10 @@ class JobSettings(SharedSettings):
     obs_maxlen: int = Field(2_000, ge=1, description=(
         "micro-batches of observations kept per query (each some KB; the service reads at most 1,000)"))
     metrics_maxlen: int = Field(10_000, ge=1, description="progress reports kept in pn:metrics")
-    state_memory_mb: int = Field(256, ge=16, description=(
+    state_memory_mb: int = Field(256, ge=0, description=(
         "memory all the RocksDB state stores of the process may use together (block cache and write buffers, "
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB with boundedMemoryUsage); what does not fit "
-        "stays on local disk"))
+        "stays on local disk. 0: no bound (each store sizes its own cache and buffers)"))
     java_options: str = Field(QUICK_JIT, description=(
         "options of the job's JVMs: the driver's, and each executor's on a cluster (spark.driver.extraJavaOptions, "
         "spark.executor.extraJavaOptions); empty: Spark's own. The default runs the JIT's C1 alone"))

@@ -5,8 +5,9 @@ committed-batch marker, and a batch id at or below the marker is skipped: a batc
 that Spark re-runs after a crash (same id, same rows) writes nothing twice, and one
 that crashed before EXEC is written in full by the re-run.
 
-Per query: its matches (``pn:out:matches:<qid>``: the match JSON, batch id and key
-group), its observations combined over its key groups (``pn:out:obs:<qid>``; groups that
+Per query: its matches (``pn:out:matches:<qid>``: the match JSON, batch id, key
+group and alarm instance) and the records of the alarm instances they touch
+(``pn:instances:<qid>``, :mod:`contract.results`), its observations combined over its key groups (``pn:out:obs:<qid>``; groups that
 slept through the batch count with their last state, kept in ``pn:groups:<qid>``), and
 its late events with their reasons in the dead-letter stream ``pn:dead``, beside the
 entries the router rejected; running totals in ``pn:counts``. A PUBLISH on ``pn:live``
@@ -21,6 +22,7 @@ import logging
 import time
 from collections import defaultdict
 
+import orjson
 import redis
 
 from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
@@ -83,7 +85,8 @@ class Sink:
         for query, group, kind, data, raw in zip(rows["qid"], rows["grp"], rows["kind"], rows["data"], rows["raw"]):
             group = int(group)
             if kind == "m":
-                matches[query].append((data, group))
+                key, prob = orjson.loads(raw)
+                matches[query].append((data, group, key, prob))
             elif kind == "o":
                 observations[query][group] = json.loads(data)
             elif kind == "g":
@@ -106,7 +109,7 @@ class Sink:
                 for query in observations}
         pipe = client.pipeline(transaction=True)
         for query, found in matches.items():
-            queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen)
+            queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen, now)
         for query, by_group in observations.items():
             groups = kept[query]
             for group, observed in by_group.items():

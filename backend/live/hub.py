@@ -18,8 +18,10 @@ import redis
 import redis.asyncio as aioredis
 from starlette.websockets import WebSocket
 
+from contract.entries import read_alarm_action
+
 from ..deps import Service
-from ..records import PARTS, alarm, match_record, metrics_record, projection
+from ..records import PARTS, alarm_views, match_record, metrics_record, projection
 from ..security import Principal
 from .client import KINDS, Client, Feed, feed_name
 from .cursor import ZERO, Cursor, encode, entry_cursor, format_cursor
@@ -216,6 +218,9 @@ class Hub:
 
     async def _catch_up(self, feed: Feed) -> None:
         after = f"({format_cursor(feed.cursor)}"
+        if feed.kind == "alarms":
+            await self._catch_up_alarms(feed)
+            return
         if feed.kind != "matches":
             latest = await self.redis.xrevrange(feed.stream, "+", after, count=1)
             if latest:
@@ -233,14 +238,31 @@ class Hub:
             if len(found) < chunk or feed.client.closing is not None:
                 return
 
+    async def _catch_up_alarms(self, feed: Feed) -> None:
+        """The latest state of every instance that matches or actions touched after the
+        feed's cursor (the actions by Redis's clock: both streams' ids are its milliseconds)."""
+        touched: set[str] = set()
+        cursor = feed.cursor
+        while True:
+            found = await self.redis.xrange(feed.stream, f"({format_cursor(cursor)}", "+", count=READ_COUNT)
+            touched.update(f[b"i"].decode() for _, f in found if b"i" in f)
+            if found:
+                cursor = entry_cursor(found[-1][0])
+            if len(found) < READ_COUNT:
+                break
+        if feed.cursor != ZERO:
+            acted = await self.redis.xrange(self.keys.alarm_actions, f"{feed.cursor[0]}-0", "+")
+            for _, fields in acted:
+                query, _, instance = read_alarm_action(fields)
+                if query == feed.query and instance:
+                    touched.add(instance)
+        for text in (await self._alarms({feed.query: touched})).get(feed.query, ()) if touched else ():
+            feed.client.put(text)
+        feed.cursor = max(feed.cursor, cursor)
+
     async def _deliver_latest(self, feed: Feed, entry) -> None:
         entry_id, fields = entry
-        if feed.kind == "alarms":
-            text = (await self._alarms({feed.query})).get(feed.query)
-            if text is not None:
-                feed.client.put(text)
-        else:
-            feed.client.put(self._latest_message(feed.kind, feed.query, entry_id, fields), feed.name)
+        feed.client.put(self._latest_message(feed.kind, feed.query, entry_id, fields), feed.name)
         feed.cursor = max(feed.cursor, entry_cursor(entry_id))
 
     async def _report_gap(self, feed: Feed) -> None:
@@ -270,16 +292,17 @@ class Hub:
         return encode({"type": kind, **({} if query is None else {"query": query}), "id": entry_id.decode(),
                        "data": data})
 
-    async def _alarms(self, queries: set[str]) -> dict[str, str]:
-        """The alarm message of each query (as GET /api/alarms/{id} has it), by the REST code."""
+    async def _alarms(self, touched: dict[str, set[str]]) -> dict[str, list[str]]:
+        """The alarm messages of these instances, per query (each as GET /api/alarms/{id}
+        has it, by the REST code), in the order of their latest matches."""
 
-        def compute() -> dict[str, str]:
-            out = {}
-            for query in queries:
-                entry = self.service.registry.query(query)
-                state = alarm(self.service, entry) if entry is not None else None
-                if state is not None:
-                    out[query] = encode({"type": "alarms", "query": query, "id": state["last"], "data": state})
+        def compute() -> dict[str, list[str]]:
+            entries = {q: e for q in touched if (e := self.service.registry.query(q)) is not None}
+            out: dict[str, list[str]] = defaultdict(list)
+            views = alarm_views(self.service, entries, {q: sorted(touched[q]) for q in entries})
+            for view in sorted(views, key=lambda v: v["last"] or ""):
+                out[view["query"]].append(encode({"type": "alarms", "query": view["query"], "id": view["last"],
+                                                  "data": view}))
             return out
 
         return await asyncio.to_thread(compute)
@@ -393,12 +416,20 @@ class Hub:
             return False
         entries = {stream.decode(): items for stream, items in found}
         acted = entries.pop(self.keys.alarm_actions, [])
-        # an action's new state goes to the query's alarm feeds, unless its new matches carry it
-        acted_on = {q for q in {fields[b"q"].decode() for _, fields in acted if b"q" in fields}
-                    if self.keys.matches(q) not in entries}
-        alarm_queries = {f.query for s in entries for f in self.feeds.get(s, ()) if f.kind == "alarms" and f.live}
-        alarm_queries |= {q for q in acted_on if self._alarm_feeds(q)}
-        alarms = await self._alarms(alarm_queries) if alarm_queries else {}
+        # the instances new matches touched, and those acted on, for the queries with live alarm feeds
+        touched: dict[str, set[str]] = defaultdict(set)
+        for stream, items in entries.items():
+            for feed in self.feeds.get(stream, ()):
+                if feed.kind == "alarms" and feed.live:
+                    touched[feed.query].update(f[b"i"].decode() for _, f in items if b"i" in f)
+                    break
+        acted_on: dict[str, set[str]] = defaultdict(set)
+        for _, fields in acted:
+            query, _, instance = read_alarm_action(fields)
+            if query and instance and self._alarm_feeds(query):
+                acted_on[query].add(instance)
+                touched[query].add(instance)
+        alarms = await self._alarms(touched) if touched else {}
         more = len(acted) == READ_COUNT
         # from here to the end, no await: positions and cursors move together
         for stream, items in entries.items():
@@ -410,15 +441,17 @@ class Hub:
         if acted:
             self.actions = entry_cursor(acted[-1][0])
             for query in acted_on:
-                text = alarms.get(query)
-                for feed in self._alarm_feeds(query) if text is not None else ():
-                    feed.client.put(text)
+                if self.keys.matches(query) in entries:
+                    continue  # its new matches carried the new states
+                for feed in self._alarm_feeds(query):
+                    for text in alarms.get(query, ()):
+                        feed.client.put(text)
         return more
 
     def _alarm_feeds(self, query: str) -> list[Feed]:
         return [f for f in self.feeds.get(self.keys.matches(query), ()) if f.kind == "alarms" and f.live]
 
-    def _hand_out(self, stream: str, items: list, alarms: dict[str, str]) -> None:
+    def _hand_out(self, stream: str, items: list, alarms: dict[str, list[str]]) -> None:
         last = entry_cursor(items[-1][0])
         by_kind: dict[tuple[str, str | None], list[Feed]] = defaultdict(list)
         for feed in self.feeds.get(stream, ()):
@@ -434,9 +467,8 @@ class Hub:
                             put(text)
                     feed.cursor = last
             elif kind == "alarms":
-                text = alarms.get(query)
                 for feed in feeds:
-                    if text is not None:
+                    for text in alarms.get(query, ()):
                         feed.client.put(text)
                     feed.cursor = last
             else:

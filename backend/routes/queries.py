@@ -26,7 +26,8 @@ def register_query(body: QueryIn, who: AnalystDep, service: ServiceDep) -> dict:
     message, line and column."""
     try:
         return service.registry.register(body.text, query_id=body.id, threshold=body.threshold, name=body.name,
-                                         paused=body.paused, who=who.label)
+                                         paused=body.paused, priority=body.priority,
+                                         auto_resolve_minutes=body.auto_resolve_minutes, who=who.label)
     except RegistryFull as error:
         raise ApiError(409, str(error), limit=service.settings.max_queries) from None
     except RegistryError as error:
@@ -45,7 +46,7 @@ def get_query(who: ViewerDep, entry: QueryDep) -> dict:
 
 
 @router.patch("/{query_id}", response_model=QueryOut, responses=errors(401, 403, 404),
-              summary="Change a query's threshold, name or paused flag")
+              summary="Change a query's threshold, name, paused flag, priority or auto-resolve")
 def patch_query(who: AnalystDep, query_id: str, body: QueryPatch, entry: QueryDep, service: ServiceDep) -> dict:
     """``{"threshold": 0.7}`` moves a threshold live: the job applies it at its next
     micro-batch to the state it has (a join's down to its floor). Any change of a query the
@@ -53,7 +54,8 @@ def patch_query(who: AnalystDep, query_id: str, body: QueryPatch, entry: QueryDe
     micro-batch, with the state it had."""
     changes = body.model_dump(exclude_unset=True)
     if not changes or any(value is None for value in changes.values()):
-        raise ApiError(422, "give at least one of threshold, name, paused (none may be null)", field="body")
+        raise ApiError(422, "give at least one of threshold, name, paused, priority, auto_resolve_minutes "
+                            "(none may be null)", field="body")
     try:
         return service.registry.update(query_id, who=who.label, **changes)
     except RegistryError as error:
@@ -64,10 +66,10 @@ def patch_query(who: AnalystDep, query_id: str, body: QueryPatch, entry: QueryDe
                summary="Remove a query")
 def delete_query(who: AnalystDep, query_id: str, entry: QueryDep, service: ServiceDep) -> Response:
     """The job drops the query's state at its next micro-batch; its results stay in
-    their capped streams, its alarm state goes."""
+    their capped streams, its alarm instances go."""
     try:
         service.registry.remove(query_id, who=who.label)
     except RegistryError as error:
         raise ApiError(404, str(error), field="query_id") from None
-    service.redis.delete(service.keys.alarms(query_id))
+    service.redis.delete(service.keys.instances(query_id), service.keys.alarm_states(query_id))
     return Response(status_code=204)

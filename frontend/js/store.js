@@ -10,6 +10,7 @@ import { get, q, session } from "./api.js";
 export const MAX_MATCHES = 5000;
 const MAX_SERIES = 600;
 const KINDS = ["matches", "alarms", "partitions", "buffers", "metrics"];
+const MAX_ALARMS = 20000;
 
 export const bus = new EventTarget();
 const emit = (type, detail) => bus.dispatchEvent(new CustomEvent(type, { detail }));
@@ -17,7 +18,7 @@ const emit = (type, detail) => bus.dispatchEvent(new CustomEvent(type, { detail 
 export const store = {
   queries: new Map(),     // id -> registry entry
   version: null,
-  alarms: new Map(),      // query id -> alarm
+  alarms: new Map(),      // alarm instance id -> instance (one per query and key)
   matches: [],            // newest first: {query, id, events, prob, range, batch, at}
   seen: new Set(),        // "query|id"
   cursors: {},            // feed name -> stream id
@@ -38,15 +39,28 @@ export async function refreshQueries() {
   return store.queries;
 }
 
+/** Every alarm instance, page by page (at most MAX_ALARMS). */
 export async function refreshAlarms() {
-  const answer = await get("/alarms");
-  store.alarms = new Map(answer.items.map((a) => [a.query, a]));
+  const found = [];
+  let next = null;
+  do {
+    const answer = await get(`/alarms?limit=1000${next ? `&next=${encodeURIComponent(next)}` : ""}`);
+    found.push(...answer.items);
+    next = answer.next;
+  } while (next && found.length < MAX_ALARMS);
+  store.alarms = new Map(found.map((a) => [a.id, a]));
   emit("alarms");
 }
 
 export function setAlarm(alarm) {
-  store.alarms.set(alarm.query, alarm);
+  store.alarms.set(alarm.id, alarm);
   emit("alarms");
+}
+
+/** What an alarm instance is about, in words: "region 17", "region 17 · floor 2"; "" without key. */
+export function keyText(key) {
+  if (!key) return "";
+  return Object.entries(key).map(([name, value]) => `${name} ${value}`).join(" · ");
 }
 
 /** The recent page of each query without a cursor yet, whose newest id becomes its cursor

@@ -19,7 +19,7 @@ import math
 import pickle
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -47,12 +47,19 @@ _COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "ot
 
 class JoinMatches(Sequence[Match]):
     """The matches of one block, kept as index arrays into the buffers' id arrays;
-    ids are gathered and :class:`Match` objects made only when asked for."""
+    ids are gathered and :class:`Match` objects made only when asked for.
 
-    def __init__(self, names: tuple[str, str], parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
+    A keyed join's match gets its key (:attr:`Match.key`, by side A's attribute names)
+    from the block's arrivals: every match of a block pairs at least one event that
+    arrived in it, and both events of a pair share the key."""
+
+    def __init__(self, names: tuple[str, str], parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                 key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None):
         self.names = names
         self._parts = parts          # (A ids, A rows, B ids, B rows, probabilities)
         self._length = sum(len(part[4]) for part in parts)
+        self._key_names = key_names
+        self._arrivals = arrivals if key_names else None
 
     def __len__(self) -> int:
         return self._length
@@ -69,6 +76,27 @@ class JoinMatches(Sequence[Match]):
     def probs(self) -> np.ndarray:
         return np.concatenate([part[4] for part in self._parts]) if self._parts else np.empty(0)
 
+    @cached_property
+    def _arrived(self) -> tuple[dict, dict]:
+        """Per side, the id of each event that arrived in the block -> its key's values."""
+        found: tuple[dict, dict] = ({}, {})
+        for key, (new_a, new_b, _) in (self._arrivals or {}).items():
+            values = tuple(value for _, value in key)
+            for side, new in zip(found, (new_a, new_b)):
+                for item in new:
+                    side[item[2]] = values
+        return found
+
+    @cached_property
+    def keys(self) -> list[dict[str, Any] | None]:
+        """Each match's :attr:`Match.key`, in order."""
+        if not self._key_names:
+            return [None] * len(self)
+        arrived_a, arrived_b = self._arrived
+        names = self._key_names
+        return [dict(zip(names, arrived_a[a] if a in arrived_a else arrived_b[b]))
+                for a, b in zip(self.a_ids.tolist(), self.b_ids.tolist())]
+
     def _gather(self, k: int) -> np.ndarray:
         if not self._parts:
             return np.empty(0, dtype=object)
@@ -77,12 +105,13 @@ class JoinMatches(Sequence[Match]):
     def __getitem__(self, k):
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]))
+        return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]),
+                     key=self.keys[k])
 
     def __iter__(self) -> Iterator[Match]:
         a, b = self.names
-        for a_id, b_id, prob in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist()):
-            yield Match({a: a_id, b: b_id}, prob)
+        for a_id, b_id, prob, key in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(), self.keys):
+            yield Match({a: a_id, b: b_id}, prob, key=key)
 
 
 @dataclass
@@ -288,7 +317,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
-        result = JoinMatches(self.names, matches)
+        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals)
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},

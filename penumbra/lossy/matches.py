@@ -241,9 +241,21 @@ class MatchGeneration:
         self._emit_path({s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states},
                         float(paths.score[n]), out)
 
+    def _match_key(self, path: dict[int, tuple[int, Event]]) -> dict | None:
+        """:attr:`Match.key`: the hash attribute of the query's first keyed positive
+        component, its value from the first event of the match that has a hash attribute
+        (every keyed component shares the value; a missed one is not in the match)."""
+        keyed = [s for s, k in enumerate(self.positives) if self.key_of[k] is not None]
+        present = [s for s in keyed if s in path]
+        if not present:
+            return None
+        return {self.key_of[self.positives[keyed[0]]]:
+                path[present[0]][1].attrs.get(self.key_of[self.positives[present[0]]])}
+
     def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
         """Report a match (its observed events, in the query's order) and learn its gaps."""
-        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score))
+        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score,
+                                 key=self._match_key(path)))
         self.totals["matches"] += 1
         for s in range(1, len(self.positives)):
             var = self.state_vars[s]

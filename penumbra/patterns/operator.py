@@ -268,6 +268,7 @@ class PatternOperator(Operator):
         variables = pattern.variables
         returned = [j for j, v in enumerate(variables) if v in self.query.returns]
         names = [variables[j] for j in returned]
+        partition = self.query.partition
         kept = 0
         for match in found:
             gaps = self._excluders(engine, match) if pattern.next_match else None
@@ -281,7 +282,8 @@ class PatternOperator(Operator):
             kept += 1
             events = match.events
             emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
-                            (first * unit, last * unit))
+                            (first * unit, last * unit),
+                            key={partition[0]: events[0].attrs.get(partition[0])} if partition else None)
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))

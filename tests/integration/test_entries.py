@@ -11,6 +11,7 @@ import redis
 from contract import entries
 from contract.ingest import append_events, end_of_input
 from contract.keys import Keys
+from contract.alarms import instance_id
 from contract.results import queue_matches
 
 
@@ -64,20 +65,21 @@ def test_dead_letters_keep_their_fields_and_cut_what_came_to_8_kib(client, keys)
                                          "reason": "late by 3", "at": 2.0}
 
 
-def test_matches_written_by_script_read_back_with_batch_group_and_time(client, keys):
-    matches = [(entries.encode({"events": {"A": f"a{n}", "B": "b"}, "prob": n / 10, "range": [n, n + 1]}), n % 3)
-               for n in range(5)]
+def test_matches_written_by_script_read_back_with_batch_group_instance_and_time(client, keys):
+    matches = [(entries.encode({"events": {"A": f"a{n}", "B": "b"}, "prob": n / 10, "range": [n, n + 1]}), n % 3,
+                {"k": n % 2} if n else None, n / 10) for n in range(5)]
     pipe = client.pipeline(transaction=True)
-    queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000)
+    queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000, now=1_000.5)
     pipe.execute()
     found = client.xrange(keys.matches("q1"))
     assert [fields for _, fields in found] == [
-        {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in entries.match_entry(m, 42, g).items()}
-        for m, g in matches]
+        {k.encode(): v if isinstance(v, bytes) else str(v).encode()
+         for k, v in entries.match_entry(m, 42, g, instance_id("q1", key)).items()}
+        for m, g, key, _ in matches]
     first_id, first = found[1]
     record = entries.read_match(first_id, first)
     assert record == {"id": first_id.decode(), "events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2],
-                      "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000}
+                      "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000, "alarm": instance_id("q1", {"k": 1})}
     assert entries.match_value(first) == {"events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2]}
 
 
@@ -93,12 +95,8 @@ def test_observations_metrics_audit_and_alarm_state_read_back_as_written(client,
     assert entries.read_audit(entry_id, fields) == {"id": entry_id.decode(), "at": 5.5, "who": "ops",
                                                     "action": "update", "subject": "q1",
                                                     "details": {"threshold": 0.7}, "version": 9}
-    _, fields = added(client, keys.alarm_actions, entries.alarm_action_entry("q1", "silenced"))
-    assert entries.read_alarm_action(fields) == ("q1", "silenced")
-    client.hset(keys.alarms("q1"), mapping=entries.alarm_state_entry("silenced", "ops", 10.0, 4, until=99.5))
-    assert entries.read_alarm_state(client.hgetall(keys.alarms("q1"))) == {
-        "state": "silenced", "by": "ops", "at": 10.0, "acted_added": 4, "added": 0, "cursor": None, "until": 99.5}
-    assert entries.read_alarm_state({}) == {}
+    _, fields = added(client, keys.alarm_actions, entries.alarm_action_entry("q1", "silenced", "q1:0a1b2c3d4e5f"))
+    assert entries.read_alarm_action(fields) == ("q1", "silenced", "q1:0a1b2c3d4e5f")
 
 
 def test_the_live_messages_name_what_changed():

@@ -5,6 +5,7 @@ committed-batch marker with them."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 import redis
 
 import contract.results
+from contract.alarms import instance_id, read_instance
 from contract.registry import Registry
 from spark_jobs.processor import OUTPUT
 from spark_jobs.sink import Sink
@@ -21,8 +23,9 @@ COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
 
 
 def match_rows(query: str, count: int, salt: str) -> list[tuple]:
-    return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(), None)
-            for n in range(count)]
+    """Match rows as the processor makes them: the match, and its key and probability."""
+    return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(),
+             json.dumps([{"k": n % 3}, n / count]).encode()) for n in range(count)]
 
 
 @pytest.mark.parametrize("per_call", [1, 7, 10_000])
@@ -36,8 +39,12 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
     for query, expected in (("q1", [(row, 3) for row in first[:23]] + [(row, 4) for row in match_rows("q1", 9, "c")]),
                             ("q2", [(row, 3) for row in first[23:]])):
         entries = [fields for _, fields in client.xrange(keys.matches(query))]
-        assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode()}
-                           for row, batch in expected]
+        assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
+                            b"i": instance_id(query, json.loads(row[5])[0]).encode()} for row, batch in expected]
+        # each key's instance counts its matches, whatever the calls
+        records = {i.decode(): read_instance(r) for i, r in client.hgetall(keys.instances(query)).items()}
+        assert {i: r["added"] for i, r in records.items()} == dict(Counter(
+            instance_id(query, json.loads(row[5])[0]) for row, _ in expected))
     assert int(client.hget(keys.batches, "job-1")) == 4
     assert int(client.hget(keys.counts, "matches")) == 23 + 5 + 9
     client.close()

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 
 import pytest
 
 from contract import end_of_input
+from contract.alarms import instance_id, read_instance
 from tests.integration.test_spark_equivalence import assert_equal, local
 from tests.unit.joins.test_join_operator import workload
 from tests.unit.test_keyed import pattern_events
@@ -63,8 +65,17 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
         pipeline.start()
     pipeline.end(join_id, pattern_id)
     assert kills == 2
-    assert_equal(pipeline.matches(join_id), local(join_text, streams, joins), join_text)
-    assert_equal(pipeline.matches(pattern_id), local(pattern_text, pattern_streams, patterns), pattern_text)
+    expected = {join_id: local(join_text, streams, joins), pattern_id: local(pattern_text, pattern_streams, patterns)}
+    assert_equal(pipeline.matches(join_id), expected[join_id], join_text)
+    assert_equal(pipeline.matches(pattern_id), expected[pattern_id], pattern_text)
+    # every alarm instance counts its key's matches once: counted here from the matched events' keys
+    for query, events, stream, var, attr in ((join_id, joins, "s", "A", "region"),
+                                             (pattern_id, patterns, "a", "a", "node")):
+        attrs = {e.id: e.attrs for e in events if e.stream.casefold() == stream}
+        counted = Counter(instance_id(query, {attr: attrs[m["events"][var]][attr]}) for m in expected[query])
+        stored = {i.decode(): read_instance(r)["added"]
+                  for i, r in pipeline.client.hgetall(pipeline.keys.instances(query)).items()}
+        assert stored == dict(counted) and len(counted) > 1
     pipeline.registry.remove(join_id)
     pipeline.registry.remove(pattern_id)
 

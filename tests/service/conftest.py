@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from backend import Settings, create_app
 from contract import Keys
+from contract.results import queue_matches
 from penumbra.cli.processes import ApiServer, RedisServer
 
 ADMIN_TOKEN = "pn_test-admin-" + "x" * 32
@@ -140,20 +141,22 @@ def join_query(client, as_role):
 
 
 def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, observations: dict[str, dict] = {}):
-    """A micro-batch as the sink writes it (XADDs and the pn:live PUBLISH in one MULTI/EXEC);
-    returns the match ids per query."""
+    """A micro-batch as the sink writes it (the matches with their alarm instances by the
+    sink's own script, a match's optional ``key`` taken out of it as its key; the
+    observations; the pn:live PUBLISH; in one MULTI/EXEC); returns the match ids per query."""
     pipe = store.pipeline(transaction=True)
     for query, found in matches.items():
+        rows = []
         for match in found:
-            pipe.xadd(keys.matches(query), {"m": json.dumps(match), "b": batch, "g": 0})
+            match = dict(match)
+            key = match.pop("key", None)
+            rows.append((json.dumps(match).encode(), 0, key, match["prob"]))
+        queue_matches(pipe, keys, query, batch, rows, maxlen=100_000, now=time.time())
     for query, record in observations.items():
         pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
     pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),
                                         "matches": {q: len(m) for q, m in matches.items()},
                                         "observations": sorted(observations), "dead": 0}))
-    written = pipe.execute()
-    ids, n = {}, 0
-    for query, found in matches.items():
-        ids[query] = [i.decode() for i in written[n:n + len(found)]]
-        n += len(found)
-    return ids
+    pipe.execute()
+    return {query: [i.decode() for i, _ in reversed(store.xrevrange(keys.matches(query), count=len(found)))]
+            if found else [] for query, found in matches.items()}

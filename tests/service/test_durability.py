@@ -97,11 +97,14 @@ def test_a_batch_the_sink_committed_survives_a_kill_of_redis_right_after(crashin
     sink = Sink(crashing_redis.url, KEYS, "job-durable", result_maxlen=10_000, dead_maxlen=100, obs_maxlen=100)
     with BusyDisk(crashing_redis.url):
         for batch in range(ROUNDS):
-            rows = [("q1", n % 4, "m", -1, json.dumps({"events": {"A": f"a{batch}-{n}"}, "prob": 0.9}).encode(), None)
-                    for n in range(40)]
+            rows = [("q1", n % 4, "m", -1, json.dumps({"events": {"A": f"a{batch}-{n}"}, "prob": 0.9}).encode(),
+                     json.dumps([{"k": n % 5}, 0.9]).encode()) for n in range(40)]
             sink.write(pd.DataFrame(rows, columns=columns), batch)
             restart(crashing_redis).close()
             sink._client = None          # the sink's connection died with the server
             with redis.Redis.from_url(crashing_redis.url) as client:
                 assert int(client.hget(KEYS.batches, "job-durable")) == batch
                 assert client.xlen(KEYS.matches("q1")) == 40 * (batch + 1)
+                # ... and so are the alarm instances' counts
+                counts = [json.loads(r)["added"] for r in client.hvals(KEYS.instances("q1"))]
+                assert sorted(counts) == [8 * (batch + 1)] * 5

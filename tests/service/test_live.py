@@ -439,3 +439,42 @@ def test_a_burst_beyond_the_redis_pool_waits_for_connections(settings):
 
     results = run(burst(), 60)
     assert [r for r in results if r is not None] == []
+
+
+def test_alarm_feeds_send_each_instance_touched_and_resume_with_every_instance_touched_meanwhile(
+        api_server, live_url, tokens, store, keys, join_query):
+    """A keyed query: a batch about three keys gives the alarm feed one message per instance;
+    after a reconnect from the alarm cursor, every instance that matches or an action touched
+    meanwhile comes again, as REST has it, and no other."""
+    import httpx
+
+    from contract.alarms import instance_id
+
+    query_id, _, _ = join_query
+    keyed = lambda n, region: {**match(n), "key": {"region": region}}  # noqa: E731
+
+    async def scenario():
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["alarms"])
+        write_batch(store, keys, 1, {query_id: [keyed(n, n % 3) for n in range(6)]})
+        first = await collect(ws, "alarms", 3)
+        cursor = max((m["id"] for m in first), key=lambda i: tuple(map(int, i.split("-"))))
+        await ws.close()
+        # while away: matches about regions 3 and 0, an acknowledgement of region 1
+        write_batch(store, keys, 2, {query_id: [keyed(10, 3), keyed(11, 0)]})
+        async with httpx.AsyncClient(base_url=api_server.url) as rest:
+            answer = await rest.post(f"/api/alarms/{instance_id(query_id, {'region': 1})}/acknowledge",
+                                     headers={"Authorization": f"Bearer {tokens['analyst']}"})
+            assert answer.status_code == 200, answer.text
+        ws = await open_feed(live_url, tokens["viewer"], queries=[query_id], kinds=["alarms"],
+                             since={"alarms:" + query_id: cursor})
+        resumed = await collect(ws, "alarms", 3)
+        extra = [json.loads(m) for m in await drain(ws)]
+        await ws.close()
+        return first, resumed, extra
+
+    first, resumed, extra = run(scenario())
+    assert sorted(m["data"]["key"]["region"] for m in first) == [0, 1, 2]
+    assert all(m["data"]["matches"] == 2 for m in first)
+    latest = {m["data"]["key"]["region"]: m["data"] for m in resumed + [e for e in extra if e["type"] == "alarms"]}
+    assert set(latest) == {0, 1, 3}
+    assert (latest[0]["matches"], latest[1]["state"], latest[3]["matches"]) == (3, "acknowledged", 1)

@@ -13,15 +13,13 @@ import pytest
 from penumbra.probability import p_within
 from penumbra.timestamps import Histogram
 
-from .conftest import JOIN_PI, fresh_streams, unique
+from .conftest import JOIN_PI, fresh_streams, unique, write_batch
 
 
-def write_matches(store, keys, query_id, probs, batch=1):
-    ids = []
-    for n, prob in enumerate(probs):
-        match = {"events": {"A": f"a{n}", "B": f"b{n}"}, "prob": prob}
-        ids.append(store.xadd(keys.matches(query_id), {"m": json.dumps(match), "b": batch, "g": 0}).decode())
-    return ids
+def write_matches(store, keys, query_id, probs, batch=1, key=None):
+    """Matches of one batch as the sink writes them (with their alarm instance, of ``key``); their ids."""
+    found = [{"events": {"A": f"a{n}", "B": f"b{n}"}, "prob": prob, "key": key} for n, prob in enumerate(probs)]
+    return write_batch(store, keys, batch, {query_id: found})[query_id]
 
 
 def write_observation(store, keys, query_id, batch, **observed):

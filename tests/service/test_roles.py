@@ -9,7 +9,7 @@ import pytest
 
 from contract import Registry
 
-from .conftest import JOIN, JOIN_PI, bearer, register_streams, unique
+from .conftest import JOIN, JOIN_PI, bearer, register_streams, unique, write_batch
 
 #: (method, path) -> the least role allowed (None: no token needed)
 ROUTES = {
@@ -32,10 +32,13 @@ ROUTES = {
     ("GET", "/api/queries/{query_id}/what-if"): "viewer",
     ("GET", "/api/metrics"): "viewer",
     ("GET", "/api/alarms"): "viewer",
-    ("GET", "/api/alarms/{query_id}"): "viewer",
-    ("POST", "/api/alarms/{query_id}/acknowledge"): "analyst",
-    ("POST", "/api/alarms/{query_id}/silence"): "analyst",
-    ("POST", "/api/alarms/{query_id}/resolve"): "analyst",
+    ("GET", "/api/alarms/{alarm_id}"): "viewer",
+    ("POST", "/api/alarms/{alarm_id}/acknowledge"): "analyst",
+    ("POST", "/api/alarms/{alarm_id}/silence"): "analyst",
+    ("POST", "/api/alarms/{alarm_id}/resolve"): "analyst",
+    ("GET", "/api/silences"): "viewer",
+    ("POST", "/api/silences"): "analyst",
+    ("DELETE", "/api/silences/{silence_id}"): "analyst",
     ("GET", "/api/audit"): "analyst",
     ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin",
@@ -47,7 +50,7 @@ LEVEL = {None: 0, "viewer": 1, "analyst": 2, "admin": 3}
 CALLERS = ("nobody", "bad token", "viewer", "analyst", "admin")
 
 
-def body_for(method: str, path: str, stream: str, partner: str):
+def body_for(method: str, path: str, stream: str, partner: str, query: str | None = None):
     if path in ("/api/queries", "/api/validate") and method == "POST":
         return {"text": JOIN.format(a=stream, b=partner)}
     if method == "PATCH":
@@ -60,6 +63,8 @@ def body_for(method: str, path: str, stream: str, partner: str):
         return {"event": {"stream": stream, "id": "r1", "ts": {"lo": 0, "hi": 1}}}
     if path.endswith("/silence"):
         return {"until": time.time() + 60}
+    if path == "/api/silences" and method == "POST":
+        return {"query": query, "end": time.time() + 60}
     if path == "/api/tokens":
         return {"role": "viewer", "label": "matrix"}
     return None
@@ -75,21 +80,24 @@ def test_the_table_names_every_route(app):
 def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     needed = ROUTES[(method, path)]
     # fresh resources per call, so what one call changes does not decide another's answer
-    stream, partner, query, token = unique("R"), unique("R"), None, None
+    stream, partner, query, token, silence = unique("R"), unique("R"), None, None, None
     register_streams(client, stream, partner, pi=JOIN_PI)
-    if "{query_id}" in path:
+    if "{query_id}" in path or "{alarm_id}" in path or "silences" in path:
         query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=partner)},
                             headers=bearer(tokens["analyst"])).json()["id"]
-        store.xadd(keys.matches(query), {"m": '{"events": {"A": "a", "B": "b"}, "prob": 0.9}', "b": 0, "g": 0})
+        write_batch(store, keys, 0, {query: [{"events": {"A": "a", "B": "b"}, "prob": 0.9}]})
+    if "{silence_id}" in path:
+        silence = client.post("/api/silences", json={"query": query, "end": time.time() + 60},
+                              headers=bearer(tokens["analyst"])).json()["id"]
     if "{name}" in path:
         Registry(store, keys).put_streams({stream: {"max_delay": 2}})
     if "{token_id}" in path:
         token = client.post("/api/tokens", json={"role": "viewer", "label": "victim"},
                             headers=bearer(tokens["admin"])).json()["id"]
-    url = path.format(query_id=query, name=stream, token_id=token)
+    url = path.format(query_id=query, alarm_id=query, name=stream, token_id=token, silence_id=silence)
     headers = {"nobody": {}, "bad token": bearer("pn_not-a-token")}[caller] if caller not in tokens \
         else bearer(tokens[caller])
-    answer = client.request(method, url, json=body_for(method, path, stream, partner), headers=headers)
+    answer = client.request(method, url, json=body_for(method, path, stream, partner, query), headers=headers)
     level = LEVEL.get(caller, 0)
     if needed is None:
         assert answer.status_code == 200

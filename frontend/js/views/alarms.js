@@ -1,14 +1,19 @@
-// Alarms: one alarm per query (new / acknowledged / silenced / resolved) with its actions,
-// and the live feed of matches, newest first, filtered by query, state and probability.
-// Only the first rows are rendered; "Show more" adds more, so thousands stay cheap.
+// Alarms: one instance per query and key (new / acknowledged / silenced / resolved) with
+// its actions, grouped under its query (collapsible), the key named in words; and the
+// live feed of matches, newest first. Filters: query, state, priority, key, probability.
+// Only the first cards of a group and the first rows of the feed are rendered; "Show
+// more" adds more, so thousands stay cheap.
 
 import { post } from "../api.js";
 import { clock, count, duration, esc, fullTime, likelihood, percent } from "../format.js";
-import { bus, refreshAlarms, setAlarm, store } from "../store.js";
+import { bus, keyText, refreshAlarms, setAlarm, store } from "../store.js";
 import { applyRole, notify } from "../ui.js";
 
 const PAGE = 100;
+const CARDS = 50;
 const STATES = ["new", "acknowledged", "silenced", "resolved"];
+const PRIORITIES = ["critical", "warning", "info"];
+const PRIORITY_TEXT = { critical: "▲▲ Critical", warning: "▲ Warning", info: "ℹ Info" };
 const STATE_TEXT = { new: "◆ New", acknowledged: "✓ Acknowledged", silenced: "◔ Silenced", resolved: "○ Resolved" };
 const SILENCE = [[900, "15 min"], [3600, "1 hour"], [4 * 3600, "4 hours"], [8 * 3600, "8 hours"], [86400, "24 hours"]];
 
@@ -32,14 +37,19 @@ function eventsText(match) {
   return parts.join(" · ");
 }
 
+export function priorityBadge(priority) {
+  return `<span class="priority priority-${esc(priority)}" data-testid="priority">${PRIORITY_TEXT[priority] ?? esc(priority)}</span>`;
+}
+
 function matchRow(match, fresh) {
   const li = document.createElement("li");
   li.dataset.query = match.query;
   li.dataset.id = match.id;
   if (fresh) li.classList.add("fresh");
   const entry = store.queries.get(match.query);
+  const about = keyText(store.alarms.get(match.alarm)?.key);
   li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
-    <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong></span>
+    <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong>${about ? ` <span class="key">${esc(about)}</span>` : ""}</span>
     <span class="events">${eventsText(match)}</span>${probCell(match.prob)}`;
   return li;
 }
@@ -53,11 +63,14 @@ export default {
         <div><label for="f-query">Query</label><select id="f-query"><option value="">All queries</option></select></div>
         <div><label for="f-state">State</label><select id="f-state"><option value="">Any state</option>
           ${STATES.map((s) => `<option value="${s}">${STATE_TEXT[s].slice(2)}</option>`).join("")}</select></div>
+        <div><label for="f-priority">Priority</label><select id="f-priority"><option value="">Any priority</option>
+          ${PRIORITIES.map((p) => `<option value="${p}">${PRIORITY_TEXT[p].replace(/^\S+ /, "")}</option>`).join("")}</select></div>
+        <div><label for="f-key">Key</label><input id="f-key" type="search" placeholder="e.g. region 17" autocomplete="off"></div>
         <div><label for="f-prob">Minimum probability (%)</label>
           <input id="f-prob" type="number" min="0" max="100" step="1" value="0" inputmode="numeric"></div>
       </form>
       <section aria-labelledby="groups-title">
-        <h2 id="groups-title">By query</h2>
+        <h2 id="groups-title">By query and key</h2>
         <div class="groups" id="groups"></div>
       </section>
       <section aria-labelledby="feed-title">
@@ -70,29 +83,41 @@ export default {
     const more = main.querySelector("#more");
     const fQuery = main.querySelector("#f-query");
     const fState = main.querySelector("#f-state");
+    const fPriority = main.querySelector("#f-priority");
+    const fKey = main.querySelector("#f-key");
     const fProb = main.querySelector("#f-prob");
     const cards = new Map();
+    const sections = new Map();
+    const shownPerQuery = new Map();
     let limit = PAGE;
 
-    const filters = () => ({ query: fQuery.value, state: fState.value, min: Math.max(0, Number(fProb.value) || 0) / 100 });
-    const passes = (match, f = filters()) =>
-      (!f.query || match.query === f.query) && match.prob >= f.min
-      && (!f.state || (store.alarms.get(match.query)?.state ?? "") === f.state);
+    const filters = () => ({ query: fQuery.value, state: fState.value, priority: fPriority.value,
+      key: fKey.value.trim().toLowerCase(), min: Math.max(0, Number(fProb.value) || 0) / 100 });
+    const keyPasses = (alarm, f) => !f.key || keyText(alarm?.key).toLowerCase().includes(f.key);
+    const alarmPasses = (a, f) => (!f.query || a.query === f.query) && (!f.state || a.state === f.state)
+      && (!f.priority || a.priority === f.priority) && keyPasses(a, f);
+    const passes = (match, f = filters()) => {
+      if ((f.query && match.query !== f.query) || match.prob < f.min) return false;
+      if (!f.state && !f.priority && !f.key) return true;
+      const a = store.alarms.get(match.alarm);
+      return !!a && alarmPasses(a, f);
+    };
 
     function fillQueryFilter() {
       const chosen = fQuery.value;
-      const ids = [...new Set([...store.queries.keys(), ...store.alarms.keys()])].sort();
+      const ids = [...new Set([...store.queries.keys(), ...[...store.alarms.values()].map((a) => a.query)])].sort();
       fQuery.innerHTML = `<option value="">All queries</option>` + ids.map((id) =>
         `<option value="${esc(id)}">${esc(store.queries.get(id)?.name ?? id)}</option>`).join("");
       fQuery.value = ids.includes(chosen) ? chosen : "";
     }
 
     function card(alarm) {
-      let element = cards.get(alarm.query);
+      let element = cards.get(alarm.id);
       if (!element) {
         element = document.createElement("article");
         element.className = "card group";
         element.dataset.query = alarm.query;
+        element.dataset.alarm = alarm.id;
         element.innerHTML = `<div class="summary"></div>
           <div class="actions" data-role="analyst">
             <button type="button" data-act="acknowledge">Acknowledge</button>
@@ -104,57 +129,100 @@ export default {
           </div>`;
         element.querySelector(".actions").addEventListener("click", (event) => {
           const button = event.target.closest("button[data-act]");
-          if (button) act(alarm.query, button.dataset.act, element);
+          if (button) act(alarm.id, button.dataset.act, element);
         });
         applyRole(element);
-        cards.set(alarm.query, element);
+        cards.set(alarm.id, element);
       }
-      const a = store.alarms.get(alarm.query);
+      const a = store.alarms.get(alarm.id);
+      const about = keyText(a.key);
       const name = store.queries.get(a.query)?.name ?? a.name;
       element.querySelector(".summary").innerHTML = `
-        <header><h3>${esc(name)}${name !== a.query ? ` <span class="muted small">${esc(a.query)}</span>` : ""}</h3>
-          ${stateBadge(a)}</header>
+        <header><h3>${about ? esc(about) : esc(name)}</h3>${stateBadge(a)}</header>
         <p><span class="count" data-testid="count">${count(a.matches)}</span> ${a.matches === 1 ? "match" : "matches"}
-          since the alarm opened${a.last_prob !== null && a.last_prob !== undefined ? `; latest ${percent(a.last_prob)}` : ""}
-          ${a.last ? ` at <span title="${esc(fullTime(Number(a.last.split("-")[0]) / 1000))}">${clock(Number(a.last.split("-")[0]) / 1000)}</span>` : ""}</p>
-        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}</p>` : ""}`;
+          since it opened${a.high_prob !== null && a.high_prob !== undefined ? `; highest ${percent(a.high_prob)}` : ""}${a.last_prob !== null && a.last_prob !== undefined ? `, latest ${percent(a.last_prob)}` : ""}
+          ${a.last_at ? ` at <span title="${esc(fullTime(a.last_at))}">${clock(a.last_at)}</span>` : ""}</p>
+        ${a.silence ? `<p class="muted small">covered by a silence until ${clock(a.silenced_until)}</p>` : ""}
+        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.comment ? `: ${esc(a.comment)}` : ""}</p>` : ""}`;
       element.querySelectorAll(".actions button, .actions select").forEach((control) => { control.disabled = false; });
       element.querySelector('[data-act="acknowledge"]').disabled = a.state !== "new";
       element.querySelector('[data-act="resolve"]').disabled = a.state === "resolved";
       return element;
     }
 
-    async function act(query, action, element) {
+    function section(query, instances) {
+      let element = sections.get(query);
+      if (!element) {
+        element = document.createElement("details");
+        element.className = "query-group";
+        element.dataset.query = query;
+        element.open = true;
+        element.innerHTML = `<summary></summary><div class="instances"></div><button type="button" class="more" hidden></button>`;
+        element.querySelector(".more").addEventListener("click", () => {
+          shownPerQuery.set(query, (shownPerQuery.get(query) ?? CARDS) + CARDS);
+          renderGroups();
+        });
+        sections.set(query, element);
+      }
+      const entry = store.queries.get(query);
+      const byState = STATES.map((s) => [s, instances.filter((a) => a.state === s).length]).filter(([, n]) => n);
+      element.querySelector("summary").innerHTML = `<strong>${esc(entry?.name ?? query)}</strong>
+        ${priorityBadge(instances[0]?.priority ?? entry?.priority ?? "warning")}
+        <span class="muted small">${byState.map(([s, n]) => `${count(n)} ${s}`).join(" · ")}</span>`;
+      const room = shownPerQuery.get(query) ?? CARDS;
+      const focused = document.activeElement;
+      element.querySelector(".instances").replaceChildren(...instances.slice(0, room).map(card));
+      if (focused && element.contains(focused)) focused.focus();
+      const more = element.querySelector(".more");
+      more.hidden = instances.length <= room;
+      more.textContent = `Show more (${count(instances.length - room)} not shown)`;
+      return element;
+    }
+
+    async function act(alarmId, action, element) {
       const body = action === "silence"
         ? { until: Date.now() / 1000 + Number(element.querySelector("[data-silence]").value) } : undefined;
       const buttons = element.querySelectorAll("button");
       buttons.forEach((b) => { b.disabled = true; });
       try {
-        const answer = await post(`/alarms/${encodeURIComponent(query)}/${action}`, body);
+        const answer = await post(`/alarms/${encodeURIComponent(alarmId)}/${action}`, body);
         setAlarm(answer);
-        const name = store.queries.get(query)?.name ?? query;
+        const about = keyText(answer.key);
+        const name = `${store.queries.get(answer.query)?.name ?? answer.query}${about ? ` (${about})` : ""}`;
         notify(action === "silence" ? `${name}: silenced for ${duration(Number(body.until - Date.now() / 1000))}`
           : `${name}: ${answer.state}`);
       } catch (error) {
-        notify(`Could not ${action} the alarm of ${query}: ${error.message}`, { bad: true });
+        notify(`Could not ${action} the alarm ${alarmId}: ${error.message}`, { bad: true });
       } finally {
         renderGroups();
+        // the focus stays in the card (its buttons were disabled meanwhile): on the same
+        // control, or the first one still enabled
+        const controls = [...element.querySelectorAll(".actions button, .actions select")].filter((c) => !c.disabled);
+        (controls.find((c) => c.dataset.act === action) ?? controls[0])?.focus();
       }
     }
 
     function renderGroups() {
       const f = filters();
-      const order = { new: 0, silenced: 1, acknowledged: 2, resolved: 3 };
-      const shown = [...store.alarms.values()]
-        .filter((a) => (!f.query || a.query === f.query) && (!f.state || a.state === f.state))
-        .sort((x, y) => order[x.state] - order[y.state] || (y.last ?? "").localeCompare(x.last ?? ""));
+      const rank = (list, value) => { const i = list.indexOf(value); return i < 0 ? list.length : i; };
+      const shown = [...store.alarms.values()].filter((a) => alarmPasses(a, f))
+        .sort((x, y) => rank(PRIORITIES, x.priority) - rank(PRIORITIES, y.priority)
+          || rank(STATES, x.state) - rank(STATES, y.state) || (y.last_at ?? 0) - (x.last_at ?? 0)
+          || x.id.localeCompare(y.id));
+      const byQuery = new Map();
+      for (const a of shown) {
+        if (!byQuery.has(a.query)) byQuery.set(a.query, []);
+        byQuery.get(a.query).push(a);
+      }
       const focused = document.activeElement;
-      groups.replaceChildren(...shown.map(card));
+      groups.replaceChildren(...[...byQuery].map(([query, instances]) => section(query, instances)));
       if (focused && groups.contains(focused)) focused.focus();
-      if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${f.query || f.state ? " matches these filters" : " yet"}.</p>`;
-      const open = [...store.alarms.values()].filter((a) => a.state === "new").length;
+      if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${f.query || f.state || f.priority || f.key ? " matches these filters" : " yet"}.</p>`;
+      const all = [...store.alarms.values()];
+      const open = all.filter((a) => a.state === "new").length;
+      const queries = new Set(all.map((a) => a.query)).size;
       main.querySelector("#alarm-summary").textContent =
-        `${count(open)} new ${open === 1 ? "alarm" : "alarms"} · ${count(store.alarms.size)} queries with alarms`;
+        `${count(open)} new ${open === 1 ? "alarm" : "alarms"} · ${count(all.length)} ${all.length === 1 ? "instance" : "instances"} in ${count(queries)} ${queries === 1 ? "query" : "queries"}`;
     }
 
     function renderFeed() {
@@ -188,7 +256,7 @@ export default {
       more.textContent = `Show more (${count(total - feed.children.length)} not shown)`;
     }
 
-    const onAlarms = () => { fillQueryFilter(); renderGroups(); if (fState.value) renderFeed(); };
+    const onAlarms = () => { fillQueryFilter(); renderGroups(); if (fState.value || fPriority.value || fKey.value) renderFeed(); };
     const onQueries = () => { fillQueryFilter(); };
 
     main.querySelector("#alarm-filters").addEventListener("input", () => { limit = PAGE; renderGroups(); renderFeed(); });
