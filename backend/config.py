@@ -3,7 +3,7 @@ environment variables with the ``PENUMBRA_`` prefix, each with a local default."
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from contract.registry import MAX_QUERIES, MAX_STREAMS
 from contract.settings import SharedSettings
@@ -49,3 +49,17 @@ class Settings(SharedSettings):
     write_rate_limit: int = Field(60, ge=1, description=(
         "changes (POST, PUT, PATCH, DELETE but events and validation) per token per write window; more answers 429"))
     write_rate_window: int = Field(10, ge=1, description="length of the write rate window, seconds")
+    notify: bool = Field(True, description="deliver alarm notifications to the contact points (backend/notify.py)")
+    notify_poll: float = Field(0.5, gt=0, description="seconds between the notifier's looks when it has nothing to do")
+    notify_timeout: float = Field(10.0, gt=0, description="seconds a webhook has to answer one notification")
+    notify_give_up_minutes: float = Field(15.0, gt=0, description=(
+        "minutes a notification is retried (1, 2, 4, ... 60 s apart) before it is kept as failed"))
+    public_url: str | None = Field(None, description=(
+        "the dashboard's address as people reach it, for links in notifications (default: http://host:port)"))
+
+    @model_validator(mode="after")
+    def _public_url(self) -> Settings:
+        if not self.public_url:
+            self.public_url = f"http://{self.host}:{self.port}"
+        return self
+

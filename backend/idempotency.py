@@ -57,8 +57,8 @@ class Idempotency:
     """The ``Idempotency-Key`` middleware (pure ASGI); its records live in Redis under
     ``Keys.idempotency``."""
 
-    #: Routes whose answers are never kept (a token's secret).
-    EXEMPT = frozenset({"/api/tokens"})
+    #: Routes whose answers are never kept (a token's secret, a contact point's).
+    EXEMPT = frozenset({"/api/tokens", "/api/contact-points"})
 
     def __init__(self, app: ASGIApp):
         self.app = app

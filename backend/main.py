@@ -24,9 +24,11 @@ from .idempotency import Idempotency
 from .limits import AccessLog, BodySizeLimit, WriteRateLimit
 from .live import Hub
 from .models import EventIn
+from .notify import Notifier
 from .operations import Operations, reject_unknown_query
 from .protocol import with_header_timeout
-from .routes import alarms, audit, events, health, live, queries, results, silences, streams, tokens, validate
+from .routes import (alarms, audit, events, health, live, notifications, queries, results, silences, streams, tokens,
+                     validate)
 from .web import HtmlPolicy, mount_frontend
 
 __all__ = ["ROUTERS", "create_app", "server_options"]
@@ -34,7 +36,7 @@ __all__ = ["ROUTERS", "create_app", "server_options"]
 log = logging.getLogger("penumbra.api")
 
 ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
-           alarms.router, silences.router, audit.router, tokens.router)
+           alarms.router, silences.router, notifications.router, audit.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 
@@ -56,9 +58,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except redis.RedisError as error:
             log.warning("Redis not reachable at start (%s); the admin token is set up once it is", error)
         await app.state.live.start()
+        await app.state.notifier.start()
         try:
             yield
         finally:
+            await app.state.notifier.stop()
             await app.state.live.stop()
             service.redis.close()
 
@@ -67,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.service = service
     app.state.operations = Operations(app)
     app.state.live = Hub(service)
+    app.state.notifier = Notifier(service)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/api")

@@ -192,6 +192,7 @@ class MatchOut(BaseModel):
     batch: int | None = Field(None, description="the micro-batch that found it")
     at: float = Field(description="when it was written, seconds since the epoch")
     alarm: str | None = Field(None, description="the alarm instance (query and key) it counts for")
+    key: dict[str, Any] | None = Field(None, description="what it is about: its query's key, e.g. {\"region\": 17}")
 
 
 class AuditOut(BaseModel):
@@ -367,6 +368,74 @@ class MatcherOut(BaseModel):
 
 class MatcherList(BaseModel):
     items: list[MatcherOut]
+
+
+# --- notifications --------------------------------------------------------------------------
+
+class ContactIn(Body):
+    """A contact point: a webhook that gets each notification as a signed JSON POST."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    kind: Literal["webhook"] = "webhook"
+    url: Annotated[str, Field(min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$")] = Field(
+        description="http(s) URL the notifications are POSTed to", examples=["https://ops.example/hooks/penumbra"])
+    secret: Annotated[str, Field(min_length=16, max_length=256)] | None = Field(
+        None, description="the HMAC-SHA256 key of the signature header (default: generated, shown once)")
+
+
+class ContactInfo(BaseModel):
+    id: str
+    name: str
+    kind: str
+    url: str
+    created: float
+    by: str
+
+
+class ContactOut(ContactInfo):
+    secret: str = Field(description="the signature's key: shown in this answer only")
+
+
+class ContactList(BaseModel):
+    items: list[ContactInfo]
+
+
+class RuleIn(Body):
+    """Which notifications go to which contact points."""
+
+    queries: list[QueryId] | None = Field(None, description="these queries' instances (null: any query)")
+    priorities: list[Priority] | None = Field(None, description="of these priorities (null: any)")
+    contacts: Annotated[list[str], Field(min_length=1, max_length=50)] = Field(description="contact point ids")
+
+
+class RuleOut(BaseModel):
+    id: str
+    queries: list[str] | None
+    priorities: list[str] | None
+    contacts: list[str]
+    created: float
+    by: str
+
+
+class RuleList(BaseModel):
+    items: list[RuleOut]
+
+
+class DeliveryOut(BaseModel):
+    id: str = Field(description="the notification's id, also its Idempotency-Key")
+    contact: str
+    event: str | None = None
+    alarm: str | None = None
+    attempts: int
+    last_error: str | None = None
+    created: float
+    reason: str | None = Field(None, description="a failed delivery: why it was given up")
+    at: float | None = Field(None, description="a failed delivery: when it was given up")
+
+
+class DeliveryList(BaseModel):
+    pending: list[DeliveryOut] = Field(description="being delivered or retried, oldest first")
+    failed: list[DeliveryOut] = Field(description="given up on, newest first")
 
 
 # --- tokens ----------------------------------------------------------------------------------

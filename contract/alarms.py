@@ -39,7 +39,7 @@ import redis
 from .keys import Keys
 
 __all__ = ["EVENTS_MAXLEN", "PRIORITIES", "STATES", "act", "instance_id", "instance_view", "key_json",
-           "read_instance", "read_silence", "read_state", "silence_covers", "sort_key"]
+           "read_instance", "read_silence", "read_state", "silence_covers", "silence_matches", "sort_key"]
 
 #: Alarm events (an instance opened or reopened) kept for the notifiers (MAXLEN ~).
 EVENTS_MAXLEN = 100_000
@@ -123,9 +123,14 @@ def act(client: redis.Redis | redis.client.Pipeline, keys: Keys, instance: str, 
 # --- what an instance shows -------------------------------------------------------------------
 
 def silence_covers(silence: Mapping[str, Any], query: str, key: Mapping[str, Any] | None, now: float) -> bool:
-    """The silence is in force at ``now`` and matches the instance: its query, and its key
-    (each attribute the silence names has the instance's value; none named: every key)."""
-    if silence["query"] != query or not silence["start"] <= now < silence["end"]:
+    """The silence is in force at ``now`` and matches the instance (:func:`silence_matches`)."""
+    return silence["start"] <= now < silence["end"] and silence_matches(silence, query, key)
+
+
+def silence_matches(silence: Mapping[str, Any], query: str, key: Mapping[str, Any] | None) -> bool:
+    """The silence names the instance's query, and its key (each attribute the silence
+    names has the instance's value; none named: every key)."""
+    if silence["query"] != query:
         return False
     wanted = silence.get("key")
     if not wanted:

@@ -151,11 +151,12 @@ def read_dead(fields: dict) -> dict:
 
 # --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
 
-def match_entry(match: bytes, batch: int, group: int, instance: str) -> dict:
+def match_entry(match: bytes, batch: int, group: int, instance: str, key: str | None) -> dict:
     """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
-    and the key group that found it, and its alarm instance (:mod:`contract.alarms`). The
-    sink appends these by script (:func:`contract.results.queue_matches`), in this shape."""
-    return {"m": match, "b": batch, "g": group, "i": instance}
+    and the key group that found it, its alarm instance and the instance's key (canonical
+    JSON, ``null`` for none: :mod:`contract.alarms`). The sink appends these by script
+    (:func:`contract.results.queue_matches`), in this shape."""
+    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null"}
 
 
 def _batch(fields: dict) -> int | None:
@@ -172,7 +173,7 @@ def read_match(entry_id: bytes, fields: dict) -> dict:
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
-            "alarm": _text(fields, "i")}
+            "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None}
 
 
 def observation_entry(record: dict, batch: int) -> dict:

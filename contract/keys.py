@@ -121,6 +121,31 @@ class Keys:
         return f"{self.prefix}:silences"
 
     @property
+    def silence_ends(self) -> str:
+        """Silences the notifier looks at when they end (contract/notify.py)."""
+        return f"{self.prefix}:silence-ends"
+
+    @property
+    def contacts(self) -> str:
+        return f"{self.prefix}:contacts"
+
+    @property
+    def routes(self) -> str:
+        return f"{self.prefix}:routes"
+
+    @property
+    def deliveries(self) -> str:
+        return f"{self.prefix}:deliveries"
+
+    @property
+    def deliveries_due(self) -> str:
+        return f"{self.prefix}:deliveries:due"
+
+    @property
+    def delivery_failures(self) -> str:
+        return f"{self.prefix}:delivery-failures"
+
+    @property
     def tokens(self) -> str:
         return f"{self.prefix}:tokens"
 

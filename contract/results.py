@@ -4,7 +4,7 @@ A match is about a key (:attr:`penumbra.operator.Match.key`); each (query, key) 
 alarm instance (:mod:`contract.alarms`). The sink hands a query's matches of one batch to
 :func:`queue_matches`, which queues on the batch's MULTI/EXEC one script per
 :data:`MATCHES_PER_CALL` matches: it appends every match to the query's result stream
-(``{m, b, g, i}``: :func:`contract.entries.match_entry`) and merges into each touched
+(``{m, b, g, i, k}``: :func:`contract.entries.match_entry`) and merges into each touched
 instance's record (``pn:instances:<qid>``) its count, its highest and latest
 probability, its first and latest match's cursor and the batch's time. An instance opens
 an *episode* at its first match ever, at the first match after someone resolved it in
@@ -37,7 +37,7 @@ local base = 6 + 5 * n
 for i = base, #ARGV, 3 do
   local k = tonumber(ARGV[i + 2])
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1],
-                        'i', ARGV[6 + 5 * k])
+                        'i', ARGV[6 + 5 * k], 'k', ARGV[7 + 5 * k])
   if first[k] == nil then first[k] = id end
   last[k] = id
 end

@@ -143,6 +143,8 @@ def silence(who: AnalystDep, alarm_id: str, body: SilenceIn, service: ServiceDep
         raise ApiError(404, f"no query {query_id!r}", field="alarm_id")
     if alarm_id != query_id:
         _instance(service, alarm_id)
+    # the notifier looks at it when it ends: an instance that matched meanwhile notifies again
+    service.redis.zadd(service.keys.silence_ends, {f"i:{alarm_id}": body.until})
     return _act(service, entry, alarm_id, who.label, "silenced", until=body.until, comment=body.comment)
 
 

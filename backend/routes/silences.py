@@ -56,6 +56,7 @@ def create_silence(who: AnalystDep, body: MatcherIn, service: ServiceDep) -> dic
                "comment": body.comment, "created": now}
     pipe = service.redis.pipeline(transaction=True)
     pipe.hset(service.keys.silences, silence_id, json.dumps(silence))
+    pipe.zadd(service.keys.silence_ends, {f"m:{silence_id}": body.end})   # for the notifier, when it ends
     pipe.publish(service.keys.live, live_alarm(body.query))
     pipe.execute()
     service.audit(who.label, "silence.create", silence_id, silence)
@@ -68,5 +69,6 @@ def delete_silence(who: AnalystDep, silence_id: str, service: ServiceDep) -> Res
     raw = service.redis.hget(service.keys.silences, silence_id)
     if raw is None or not service.redis.hdel(service.keys.silences, silence_id):
         raise ApiError(404, f"no silence {silence_id!r}", field="silence_id")
+    service.redis.zrem(service.keys.silence_ends, f"m:{silence_id}")
     service.audit(who.label, "silence.remove", silence_id, json.loads(raw))
     return Response(status_code=204)

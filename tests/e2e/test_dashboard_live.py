@@ -17,6 +17,7 @@ another origin, and leaves a screenshot under var/test-artifacts/e2e/.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -63,8 +64,12 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
         viewer = client.post("/api/tokens", json={"role": "viewer", "label": "night shift"},
                              headers=bearer(demo.admin)).json()["token"]
         wait("the first intrusion alarm", lambda: matches_of(demo, "intrusion"), ALARM_TIMEOUT, demo, every=2.0)
-        # a fresh alarm: resolved now, it opens again with the job's next intrusion
-        assert client.post("/api/alarms/intrusion/resolve", headers=bearer(demo.token)).status_code == 200
+        # fresh alarms: every intrusion instance (one per region) resolved now; the job's next
+        # intrusion opens one again
+        listed = client.get("/api/alarms", params={"query": "intrusion", "limit": 1000}, headers=bearer(demo.token))
+        for instance in listed.json()["items"]:
+            answer = client.post(f"/api/alarms/{instance['id']}/resolve", headers=bearer(demo.token))
+            assert answer.status_code == 200, answer.text
     tab = open_tab()
     page = tab.page
     tab.sign_in(demo.token, "alarms")
@@ -75,21 +80,24 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
     row.wait_for()
     shown = re.search(r"([0-9.]+)\s*%", row.inner_text())
     assert shown and abs(float(shown.group(1)) - newest["prob"] * 100) <= 0.1, row.inner_text()  # one decimal
-    card = page.locator('.group[data-query="intrusion"]')
+    # the match's row names its region; its instance's card is new
+    assert "region" in row.inner_text()
+    instance = newest["alarm"]
+    card = page.locator(f'.group[data-alarm="{instance}"]')
     card.locator('[data-testid="state"]', has_text="New").wait_for()
     card.locator('button[data-act="acknowledge"]').focus()
     page.keyboard.press("Enter")
     card.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
     with demo.redis() as store:
-        assert store.hget(KEYS.alarms("intrusion"), "state") == b"acknowledged"
-        assert store.hget(KEYS.alarms("intrusion"), "by") == b"demo"
+        stored = json.loads(store.hget(KEYS.alarm_states("intrusion"), instance))
+        assert (stored["state"], stored["by"]) == ("acknowledged", "demo")
     page.reload()
     page.wait_for_selector('#connection[data-state="live"]')
-    page.locator('.group[data-query="intrusion"] [data-testid="state"]', has_text="Acknowledged").wait_for()
+    page.locator(f'.group[data-alarm="{instance}"] [data-testid="state"]', has_text="Acknowledged").wait_for()
     # a viewer watches the same alarm, with no control that changes anything
     watching = open_tab()
     watching.sign_in(viewer, "alarms")
-    group = watching.page.locator('.group[data-query="intrusion"]')
+    group = watching.page.locator(f'.group[data-alarm="{instance}"]')
     group.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
     for act in ("acknowledge", "silence", "resolve"):
         button = group.locator(f'button[data-act="{act}"]')

@@ -11,7 +11,7 @@ import redis
 from contract import entries
 from contract.ingest import append_events, end_of_input
 from contract.keys import Keys
-from contract.alarms import instance_id
+from contract.alarms import instance_id, key_json
 from contract.results import queue_matches
 
 
@@ -74,12 +74,13 @@ def test_matches_written_by_script_read_back_with_batch_group_instance_and_time(
     found = client.xrange(keys.matches("q1"))
     assert [fields for _, fields in found] == [
         {k.encode(): v if isinstance(v, bytes) else str(v).encode()
-         for k, v in entries.match_entry(m, 42, g, instance_id("q1", key)).items()}
+         for k, v in entries.match_entry(m, 42, g, instance_id("q1", key), key_json(key)).items()}
         for m, g, key, _ in matches]
     first_id, first = found[1]
     record = entries.read_match(first_id, first)
     assert record == {"id": first_id.decode(), "events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2],
-                      "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000, "alarm": instance_id("q1", {"k": 1})}
+                      "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000, "alarm": instance_id("q1", {"k": 1}),
+                      "key": {"k": 1}}
     assert entries.match_value(first) == {"events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2]}
 
 

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import contract.results
-from contract.alarms import instance_id, read_instance
+from contract.alarms import instance_id, key_json, read_instance
 from contract.registry import Registry
 from spark_jobs.processor import OUTPUT
 from spark_jobs.sink import Sink
@@ -40,7 +40,8 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
                             ("q2", [(row, 3) for row in first[23:]])):
         entries = [fields for _, fields in client.xrange(keys.matches(query))]
         assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
-                            b"i": instance_id(query, json.loads(row[5])[0]).encode()} for row, batch in expected]
+                            b"i": instance_id(query, json.loads(row[5])[0]).encode(),
+                            b"k": key_json(json.loads(row[5])[0]).encode()} for row, batch in expected]
         # each key's instance counts its matches, whatever the calls
         records = {i.decode(): read_instance(r) for i, r in client.hgetall(keys.instances(query)).items()}
         assert {i: r["added"] for i, r in records.items()} == dict(Counter(

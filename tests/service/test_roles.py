@@ -39,6 +39,14 @@ ROUTES = {
     ("GET", "/api/silences"): "viewer",
     ("POST", "/api/silences"): "analyst",
     ("DELETE", "/api/silences/{silence_id}"): "analyst",
+    ("GET", "/api/contact-points"): "admin",
+    ("POST", "/api/contact-points"): "admin",
+    ("DELETE", "/api/contact-points/{contact_id}"): "admin",
+    ("POST", "/api/contact-points/{contact_id}/test"): "admin",
+    ("GET", "/api/routing-rules"): "admin",
+    ("POST", "/api/routing-rules"): "admin",
+    ("DELETE", "/api/routing-rules/{rule_id}"): "admin",
+    ("GET", "/api/deliveries"): "analyst",
     ("GET", "/api/audit"): "analyst",
     ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin",
@@ -50,7 +58,8 @@ LEVEL = {None: 0, "viewer": 1, "analyst": 2, "admin": 3}
 CALLERS = ("nobody", "bad token", "viewer", "analyst", "admin")
 
 
-def body_for(method: str, path: str, stream: str, partner: str, query: str | None = None):
+def body_for(method: str, path: str, stream: str, partner: str, query: str | None = None,
+             contact: str | None = None):
     if path in ("/api/queries", "/api/validate") and method == "POST":
         return {"text": JOIN.format(a=stream, b=partner)}
     if method == "PATCH":
@@ -65,6 +74,10 @@ def body_for(method: str, path: str, stream: str, partner: str, query: str | Non
         return {"until": time.time() + 60}
     if path == "/api/silences" and method == "POST":
         return {"query": query, "end": time.time() + 60}
+    if path == "/api/contact-points" and method == "POST":
+        return {"name": "matrix", "url": "http://127.0.0.1:9/hook"}
+    if path == "/api/routing-rules" and method == "POST":
+        return {"contacts": [contact]}
     if path == "/api/tokens":
         return {"role": "viewer", "label": "matrix"}
     return None
@@ -86,6 +99,12 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
         query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=partner)},
                             headers=bearer(tokens["analyst"])).json()["id"]
         write_batch(store, keys, 0, {query: [{"events": {"A": "a", "B": "b"}, "prob": 0.9}]})
+    contact = rule = None
+    if "contact" in path or "routing-rules" in path:
+        contact = client.post("/api/contact-points", json={"name": "victim", "url": "http://127.0.0.1:9/hook"},
+                              headers=bearer(tokens["admin"])).json()["id"]
+    if "{rule_id}" in path:
+        rule = client.post("/api/routing-rules", json={"contacts": [contact]}, headers=bearer(tokens["admin"])).json()["id"]
     if "{silence_id}" in path:
         silence = client.post("/api/silences", json={"query": query, "end": time.time() + 60},
                               headers=bearer(tokens["analyst"])).json()["id"]
@@ -94,10 +113,12 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     if "{token_id}" in path:
         token = client.post("/api/tokens", json={"role": "viewer", "label": "victim"},
                             headers=bearer(tokens["admin"])).json()["id"]
-    url = path.format(query_id=query, alarm_id=query, name=stream, token_id=token, silence_id=silence)
+    url = path.format(query_id=query, alarm_id=query, name=stream, token_id=token, silence_id=silence,
+                      contact_id=contact, rule_id=rule)
     headers = {"nobody": {}, "bad token": bearer("pn_not-a-token")}[caller] if caller not in tokens \
         else bearer(tokens[caller])
-    answer = client.request(method, url, json=body_for(method, path, stream, partner, query), headers=headers)
+    answer = client.request(method, url, json=body_for(method, path, stream, partner, query, contact),
+                            headers=headers)
     level = LEVEL.get(caller, 0)
     if needed is None:
         assert answer.status_code == 200

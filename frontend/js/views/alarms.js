@@ -47,7 +47,7 @@ function matchRow(match, fresh) {
   li.dataset.id = match.id;
   if (fresh) li.classList.add("fresh");
   const entry = store.queries.get(match.query);
-  const about = keyText(store.alarms.get(match.alarm)?.key);
+  const about = keyText(match.key ?? store.alarms.get(match.alarm)?.key);
   li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
     <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong>${about ? ` <span class="key">${esc(about)}</span>` : ""}</span>
     <span class="events">${eventsText(match)}</span>${probCell(match.prob)}`;

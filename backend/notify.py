@@ -1,0 +1,247 @@
+"""The notifier: alarm notifications that leave the browser, delivered at least once.
+
+It runs in each API process's lifespan (``PENUMBRA_NOTIFY``), and does three things in turn:
+
+1. reads the alarm events the job writes (``pn:alarm-events``: an instance opened or
+   reopened) in a consumer group, so that one process handles each; an instance silenced
+   then notifies nobody; otherwise each contact point the routing rules name for its
+   query and priority gets a notification queued (once: its id is the event's and the
+   contact point's, and queuing it again adds nothing), and the event is acknowledged.
+   Events a process took and did not acknowledge (it died) are taken over after a minute;
+2. looks at the silences that ended (``pn:silence-ends``): an instance that matched while
+   silenced notifies again (``silence_ended``);
+3. delivers what is due: a POST of the notification's JSON to the webhook with
+   ``Idempotency-Key`` (the notification's id, the same on every attempt) and
+   ``X-Penumbra-Signature`` (HMAC-SHA256 of ``"<timestamp>.<body>"`` with the contact
+   point's secret); a 2xx is delivered, anything else is tried again after 1, 2, 4, ...
+   up to 60 seconds, until ``PENUMBRA_NOTIFY_GIVE_UP_MINUTES`` (15) have passed since the
+   notification was made; then it is kept with its reason in ``pn:delivery-failures``.
+   A delivery is leased while it is tried, so two processes never send it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+
+import httpx
+import orjson
+import redis
+
+from contract.alarms import query_of, silence_matches
+from contract.notify import GROUP, SIGNATURE_HEADER, claim_due, enqueue, routed_contacts, sign
+
+from .deps import Service
+from .records import alarm_views
+
+__all__ = ["Notifier", "backoff"]
+
+log = logging.getLogger("penumbra.notify")
+
+#: seconds a delivery attempt holds its notification
+LEASE_SECONDS = 30.0
+#: an alarm event a notifier took this long ago without acknowledging it is taken over
+TAKE_OVER_MS = 60_000
+#: deliveries tried at once, per look
+BATCH = 50
+#: failures kept (MAXLEN ~)
+FAILURES_MAXLEN = 10_000
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before the next attempt after ``attempts`` failed ones: 1, 2, 4, ... 60."""
+    return float(min(2 ** max(0, attempts - 1), 60))
+
+
+class Notifier:
+    def __init__(self, service: Service):
+        self.service = service
+        self.keys = service.keys
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self.task: asyncio.Task | None = None
+        self.grouped = False
+
+    async def start(self) -> None:
+        if self.service.settings.notify:
+            self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
+                pass
+
+    async def _run(self) -> None:
+        poll = self.service.settings.notify_poll
+        async with httpx.AsyncClient(timeout=self.service.settings.notify_timeout, trust_env=False) as http:
+            while True:
+                try:
+                    busy = await asyncio.to_thread(self._events)
+                    busy = await asyncio.to_thread(self._silence_ends) or busy
+                    busy = await self._deliver(http) or busy
+                    if not busy:
+                        await asyncio.sleep(poll)
+                except asyncio.CancelledError:
+                    raise
+                except redis.RedisError as error:
+                    log.warning("notifier: Redis unavailable (%s); trying again", error)
+                    self.grouped = False
+                    await asyncio.sleep(1.0)
+                except Exception:  # noqa: BLE001 - the notifier must outlive any one problem
+                    log.exception("notifier: error")
+                    await asyncio.sleep(1.0)
+
+    # ---- 1. alarm events
+
+    def _events(self) -> bool:
+        client, keys = self.service.redis, self.keys
+        if not self.grouped:
+            try:
+                client.xgroup_create(keys.alarm_events, GROUP, id="0", mkstream=True)
+            except redis.ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+            self.grouped = True
+        taken = client.xautoclaim(keys.alarm_events, GROUP, self.consumer, TAKE_OVER_MS, "0-0", count=BATCH)[1]
+        found = client.xreadgroup(GROUP, self.consumer, {keys.alarm_events: ">"}, count=BATCH)
+        entries = list(taken) + [e for _, items in found for e in items]
+        if not entries:
+            return False
+        routes = self._routes()
+        for entry_id, fields in entries:
+            if fields:  # an entry trimmed away meanwhile comes back empty
+                self._event(entry_id.decode(), {k.decode(): v.decode() for k, v in fields.items()}, routes)
+            client.xack(keys.alarm_events, GROUP, entry_id)
+        return True
+
+    def _routes(self) -> list[dict]:
+        return [json.loads(raw) for raw in self.service.redis.hvals(self.keys.routes)]
+
+    def _view(self, instance: str) -> dict | None:
+        query = query_of(instance)
+        entry = self.service.registry.query(query)
+        if entry is None:
+            return None
+        found = alarm_views(self.service, {query: entry}, {query: [instance]})
+        return found[0] if found else None
+
+    def _event(self, event_id: str, fields: dict, routes: list[dict]) -> None:
+        view = self._view(fields.get("i", ""))
+        if view is None or view["state"] == "silenced":
+            return  # a removed query, or a silenced instance: nobody is told
+        self._notify(event_id, fields.get("event", "opened"), view, routes)
+
+    def _notify(self, notification: str, event: str, view: dict, routes: list[dict]) -> int:
+        now = time.time()
+        body = {"event": event, "at": now, "alarm": view, "link": f"{self.service.settings.public_url.rstrip('/')}"
+                f"/#/alarms?query={view['query']}"}
+        made = 0
+        for contact in routed_contacts(routes, view["query"], view["priority"]):
+            made += enqueue(self.service.redis, self.keys, f"{notification}:{contact}", contact,
+                            {**body, "id": f"{notification}:{contact}"}, now)
+        return made
+
+    # ---- 2. silences that ended
+
+    def _silence_ends(self) -> bool:
+        client, keys = self.service.redis, self.keys
+        now = time.time()
+        ended = client.zrangebyscore(keys.silence_ends, "-inf", now, start=0, num=BATCH, withscores=True)
+        if not ended:
+            return False
+        routes = self._routes()
+        for member, end in ended:
+            if not client.zrem(keys.silence_ends, member):
+                continue  # another notifier took it
+            name = member.decode()
+            kind, _, ref = name.partition(":")
+            if kind == "i":
+                views = [v for v in [self._view(ref)] if v is not None]
+            else:
+                views = self._matched_under(ref, end)
+            for view in views:
+                if view["state"] == "new":  # it matched while silenced
+                    self._notify(f"silence-{name}-{end:.3f}", "silence_ended", view, routes)
+        return True
+
+    def _matched_under(self, silence_id: str, end: float) -> list[dict]:
+        """The instances a matcher silence covered that matched while it was in force."""
+        raw = self.service.redis.hget(self.keys.silences, silence_id)
+        if raw is None:
+            return []
+        silence = json.loads(raw)
+        entry = self.service.registry.query(silence["query"])
+        if entry is None:
+            return []
+        return [v for v in alarm_views(self.service, {silence["query"]: entry})
+                if silence_matches(silence, v["query"], v["key"]) and (v["last_at"] or 0) >= silence["start"]]
+
+    # ---- 3. deliveries
+
+    async def _deliver(self, http: httpx.AsyncClient) -> bool:
+        client, keys = self.service.redis, self.keys
+        due = await asyncio.to_thread(claim_due, client, keys, time.time(), LEASE_SECONDS, BATCH)
+        if not due:
+            return False
+        await asyncio.gather(*(self._attempt(http, notification) for notification in due))
+        return True
+
+    async def _attempt(self, http: httpx.AsyncClient, notification: str) -> None:
+        client, keys = self.service.redis, self.keys
+        raw, contact_raw = await asyncio.to_thread(self._load, notification)
+        if raw is None:
+            await asyncio.to_thread(client.zrem, keys.deliveries_due, notification)
+            return
+        record = json.loads(raw)
+        if contact_raw is None:
+            await asyncio.to_thread(self._give_up, record, "its contact point was removed")
+            return
+        contact = json.loads(contact_raw)
+        body = orjson.dumps(record["body"])
+        now = int(time.time())
+        headers = {"Content-Type": "application/json", "Idempotency-Key": notification,
+                   SIGNATURE_HEADER: sign(contact.get("secret") or "", now, body), "User-Agent": "penumbra-notifier"}
+        try:
+            answer = await http.post(contact["url"], content=body, headers=headers)
+            error = None if 200 <= answer.status_code < 300 else f"answered {answer.status_code}"
+        except httpx.HTTPError as problem:
+            error = f"{type(problem).__name__}: {problem}" if str(problem) else type(problem).__name__
+        if error is None:
+            pipe = client.pipeline(transaction=True)
+            pipe.hdel(keys.deliveries, notification)
+            pipe.zrem(keys.deliveries_due, notification)
+            await asyncio.to_thread(pipe.execute)
+            return
+        record["attempts"] += 1
+        record["last_error"] = error
+        if time.time() - record["created"] >= self.service.settings.notify_give_up_minutes * 60:
+            await asyncio.to_thread(self._give_up, record, error)
+            return
+        pipe = client.pipeline(transaction=True)
+        pipe.hset(keys.deliveries, notification, json.dumps(record))
+        pipe.zadd(keys.deliveries_due, {notification: time.time() + backoff(record["attempts"])})
+        await asyncio.to_thread(pipe.execute)
+
+    def _load(self, notification: str) -> tuple[bytes | None, bytes | None]:
+        raw = self.service.redis.hget(self.keys.deliveries, notification)
+        if raw is None:
+            return None, None
+        return raw, self.service.redis.hget(self.keys.contacts, json.loads(raw)["contact"])
+
+    def _give_up(self, record: dict, reason: str) -> None:
+        client, keys = self.service.redis, self.keys
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(keys.delivery_failures, {"id": record["id"], "contact": record["contact"], "reason": reason,
+                                           "attempts": record["attempts"], "created": record["created"],
+                                           "at": time.time(), "body": orjson.dumps(record["body"])[:4096]},
+                  maxlen=FAILURES_MAXLEN, approximate=True)
+        pipe.hdel(keys.deliveries, record["id"])
+        pipe.zrem(keys.deliveries_due, record["id"])
+        pipe.execute()
+        log.warning("notifier: gave up on %s after %d attempts: %s", record["id"], record["attempts"], reason)
