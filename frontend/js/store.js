@@ -53,9 +53,25 @@ export async function refreshAlarms() {
 }
 
 export function setAlarm(alarm) {
+  const before = store.alarms.get(alarm.id);
   store.alarms.set(alarm.id, alarm);
+  if (alarm.state === "new" && (!before || (before.episode ?? 0) < (alarm.episode ?? 0))) emit("opened", alarm);
   emit("alarms");
 }
+
+/** A browser notification when a critical alarm opens while the tab is hidden (once the
+ *  user allowed notifications: the Alarms view asks). */
+export function notifyOpened(alarm) {
+  if (alarm.priority !== "critical" || !document.hidden) return;
+  if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
+  const about = keyText(alarm.key);
+  const note = new Notification(`Critical alarm: ${alarm.name}${about ? ` (${about})` : ""}`, {
+    body: `${alarm.matches} ${alarm.matches === 1 ? "match" : "matches"}, latest ${Math.round(1000 * (alarm.last_prob ?? 0)) / 10} %`,
+    tag: alarm.id,
+  });
+  note.onclick = () => { window.focus(); location.hash = `#/alarms?query=${encodeURIComponent(alarm.query)}`; };
+}
+bus.addEventListener("opened", (event) => notifyOpened(event.detail));
 
 /** What an alarm instance is about, in words: "region 17", "region 17 · floor 2"; "" without key. */
 export function keyText(key) {

@@ -4,7 +4,7 @@
 // Only the first cards of a group and the first rows of the feed are rendered; "Show
 // more" adds more, so thousands stay cheap.
 
-import { post } from "../api.js";
+import { del, get, post, session } from "../api.js";
 import { clock, count, duration, esc, fullTime, likelihood, percent } from "../format.js";
 import { bus, keyText, refreshAlarms, setAlarm, store } from "../store.js";
 import { applyRole, notify } from "../ui.js";
@@ -58,7 +58,8 @@ export default {
   title: "Alarms",
   mount(main, params) {
     main.innerHTML = `
-      <div class="view-head"><h1>Alarms</h1><p class="muted" id="alarm-summary" aria-live="polite"></p></div>
+      <div class="view-head"><h1>Alarms</h1><p class="muted" id="alarm-summary" aria-live="polite"></p>
+        <button type="button" id="allow-notifications" hidden>Notify me of critical alarms</button></div>
       <form class="filters" id="alarm-filters" role="search" aria-label="Filter alarms">
         <div><label for="f-query">Query</label><select id="f-query"><option value="">All queries</option></select></div>
         <div><label for="f-state">State</label><select id="f-state"><option value="">Any state</option>
@@ -73,6 +74,31 @@ export default {
         <h2 id="groups-title">By query and key</h2>
         <div class="groups" id="groups"></div>
       </section>
+      <details class="card" id="notify-panel" data-role="analyst">
+        <summary><h2 id="notify-title">Notifications</h2> <span class="muted small" id="notify-summary"></span></summary>
+        <div data-role="admin" class="stack">
+          <h3>Contact points</h3>
+          <ul id="contacts" class="plain"></ul>
+          <form id="contact-form" class="filters" aria-label="Add a contact point">
+            <div><label for="c-name">Name</label><input id="c-name" required maxlength="200"></div>
+            <div><label for="c-url">Webhook URL</label><input id="c-url" type="url" required placeholder="a webhook address"></div>
+            <div><button type="submit">Add</button></div>
+          </form>
+          <p class="muted small" id="contact-secret" hidden></p>
+          <h3>Routing rules</h3>
+          <ul id="rules" class="plain"></ul>
+          <form id="rule-form" class="filters" aria-label="Add a routing rule">
+            <div><label for="r-query">Query</label><select id="r-query"><option value="">Any query</option></select></div>
+            <div><label for="r-priority">Priority</label><select id="r-priority"><option value="">Any priority</option>
+              ${PRIORITIES.map((p) => `<option value="${p}">${p}</option>`).join("")}</select></div>
+            <div><label for="r-contact">To</label><select id="r-contact" required></select></div>
+            <div><button type="submit">Add</button></div>
+          </form>
+        </div>
+        <h3>Deliveries given up on</h3>
+        <table class="responsive" id="failed"><thead><tr><th scope="col">When</th><th scope="col">Contact point</th>
+          <th scope="col">Alarm</th><th scope="col">Attempts</th><th scope="col">Reason</th></tr></thead><tbody></tbody></table>
+      </details>
       <section aria-labelledby="feed-title">
         <h2 id="feed-title">Matches <span class="muted small">newest first, live</span></h2>
         <ol class="feed" id="feed" aria-live="off"></ol>
@@ -102,6 +128,98 @@ export default {
       const a = store.alarms.get(match.alarm);
       return !!a && alarmPasses(a, f);
     };
+
+    const panel = main.querySelector("#notify-panel");
+    let contacts = [];
+
+    async function loadPanel() {
+      if (!panel.open) return;
+      try {
+        const deliveries = await get("/deliveries");
+        main.querySelector("#notify-summary").textContent =
+          `${count(deliveries.pending.length)} being delivered · ${count(deliveries.failed.length)} given up on`;
+        main.querySelector("#failed tbody").innerHTML = deliveries.failed.length ? deliveries.failed.map((d) => `<tr>
+          <td data-label="When"><span title="${esc(fullTime(d.at))}">${clock(d.at)}</span></td>
+          <td data-label="Contact point">${esc(contacts.find((c) => c.id === d.contact)?.name ?? d.contact)}</td>
+          <td data-label="Alarm">${esc(d.alarm ?? d.event ?? "")}</td><td data-label="Attempts" class="num">${count(d.attempts)}</td>
+          <td data-label="Reason">${esc(d.reason ?? d.last_error ?? "")}</td></tr>`).join("")
+          : `<tr><td colspan="5" class="empty">None.</td></tr>`;
+        if (!session.can("admin")) return;
+        contacts = (await get("/contact-points")).items;
+        const rules = (await get("/routing-rules")).items;
+        main.querySelector("#contacts").innerHTML = contacts.map((c) => `<li data-contact="${esc(c.id)}">
+          <strong>${esc(c.name)}</strong> <span class="muted small">${esc(c.url)}</span>
+          <button type="button" data-test="${esc(c.id)}">Send a test</button>
+          <button type="button" class="danger" data-remove-contact="${esc(c.id)}">Remove</button></li>`).join("")
+          || `<li class="empty">No contact point.</li>`;
+        const name = (id) => contacts.find((c) => c.id === id)?.name ?? id;
+        main.querySelector("#rules").innerHTML = rules.map((r) => `<li data-rule="${esc(r.id)}">
+          ${esc(r.queries ? r.queries.join(", ") : "any query")} · ${esc(r.priorities ? r.priorities.join(", ") : "any priority")}
+          → ${esc(r.contacts.map(name).join(", "))}
+          <button type="button" class="danger" data-remove-rule="${esc(r.id)}">Remove</button></li>`).join("")
+          || `<li class="empty">No routing rule: nobody is notified.</li>`;
+        main.querySelector("#r-contact").innerHTML = contacts.map((c) => `<option value="${esc(c.id)}">${esc(c.name)}</option>`).join("");
+        main.querySelector("#r-query").innerHTML = `<option value="">Any query</option>` + [...store.queries.values()]
+          .map((e) => `<option value="${esc(e.id)}">${esc(e.name)}</option>`).join("");
+      } catch (error) {
+        main.querySelector("#notify-summary").textContent = `cannot be read: ${error.message}`;
+      }
+    }
+
+    panel.addEventListener("toggle", loadPanel);
+    panel.addEventListener("click", async (event) => {
+      const target = event.target.closest("button");
+      if (!target) return;
+      try {
+        if (target.dataset.test) {
+          await post(`/contact-points/${encodeURIComponent(target.dataset.test)}/test`);
+          notify("A test notification is on its way");
+        } else if (target.dataset.removeContact) {
+          await del(`/contact-points/${encodeURIComponent(target.dataset.removeContact)}`);
+        } else if (target.dataset.removeRule) {
+          await del(`/routing-rules/${encodeURIComponent(target.dataset.removeRule)}`);
+        } else {
+          return;
+        }
+        loadPanel();
+      } catch (error) {
+        notify(error.message, { bad: true });
+      }
+    });
+    main.querySelector("#contact-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        const made = await post("/contact-points", { name: main.querySelector("#c-name").value,
+          url: main.querySelector("#c-url").value });
+        const shown = main.querySelector("#contact-secret");
+        shown.hidden = false;
+        shown.textContent = `Signing secret of ${made.name} (shown once, keep it): ${made.secret}`;
+        event.target.reset();
+        loadPanel();
+      } catch (error) {
+        notify(`Could not add the contact point: ${error.message}`, { bad: true });
+      }
+    });
+    main.querySelector("#rule-form").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const query = main.querySelector("#r-query").value;
+      const priority = main.querySelector("#r-priority").value;
+      try {
+        await post("/routing-rules", { queries: query ? [query] : null, priorities: priority ? [priority] : null,
+          contacts: [main.querySelector("#r-contact").value] });
+        loadPanel();
+      } catch (error) {
+        notify(`Could not add the rule: ${error.message}`, { bad: true });
+      }
+    });
+    const allow = main.querySelector("#allow-notifications");
+    allow.hidden = typeof Notification === "undefined" || Notification.permission !== "default";
+    allow.addEventListener("click", async () => {
+      await Notification.requestPermission();
+      allow.hidden = Notification.permission !== "default";
+      notify(Notification.permission === "granted" ? "Critical alarms will notify you while this tab is hidden"
+        : "Notifications are not allowed in this browser");
+    });
 
     function fillQueryFilter() {
       const chosen = fQuery.value;
@@ -266,11 +384,12 @@ export default {
     bus.addEventListener("matches", onMatches);
     bus.addEventListener("alarms", onAlarms);
     bus.addEventListener("queries", onQueries);
+    applyRole(main);
     fillQueryFilter();
     if (params.get("query")) fQuery.value = params.get("query");
     renderGroups();
     renderFeed();
-    const tick = setInterval(() => refreshAlarms().catch(() => {}), 30000); // silences that run out, others' actions
+    const tick = setInterval(() => { refreshAlarms().catch(() => {}); loadPanel(); }, 30000); // silences that run out, others' actions
     return () => {
       clearInterval(tick);
       bus.removeEventListener("matches", onMatches);
