@@ -54,6 +54,8 @@ class Settings(SharedSettings):
     notify_timeout: float = Field(10.0, gt=0, description="seconds a webhook has to answer one notification")
     notify_give_up_minutes: float = Field(15.0, gt=0, description=(
         "minutes a notification is retried (1, 2, 4, ... 60 s apart) before it is kept as failed"))
+    alertmanager_resend: float = Field(60.0, gt=0, description=(
+        "seconds between two pushes of the active alarm instances to an Alertmanager contact point"))
     public_url: str | None = Field(None, description=(
         "the dashboard's address as people reach it, for links in notifications (default: http://host:port)"))
 

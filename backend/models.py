@@ -373,12 +373,14 @@ class MatcherList(BaseModel):
 # --- notifications --------------------------------------------------------------------------
 
 class ContactIn(Body):
-    """A contact point: a webhook that gets each notification as a signed JSON POST."""
+    """A contact point: a webhook that gets each notification as a signed JSON POST, or a
+    Prometheus Alertmanager that gets the active alarm instances as alerts."""
 
     name: Annotated[str, Field(min_length=1, max_length=200)]
-    kind: Literal["webhook"] = "webhook"
+    kind: Literal["webhook", "alertmanager"] = "webhook"
     url: Annotated[str, Field(min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$")] = Field(
-        description="http(s) URL the notifications are POSTed to", examples=["https://ops.example/hooks/penumbra"])
+        description="http(s) URL the notifications are POSTed to (an Alertmanager's base URL)",
+        examples=["https://ops.example/hooks/penumbra"])
     secret: Annotated[str, Field(min_length=16, max_length=256)] | None = Field(
         None, description="the HMAC-SHA256 key of the signature header (default: generated, shown once)")
 

@@ -17,6 +17,13 @@ It runs in each API process's lifespan (``PENUMBRA_NOTIFY``), and does three thi
    up to 60 seconds, until ``PENUMBRA_NOTIFY_GIVE_UP_MINUTES`` (15) have passed since the
    notification was made; then it is kept with its reason in ``pn:delivery-failures``.
    A delivery is leased while it is tried, so two processes never send it at once.
+
+A contact point of kind ``alertmanager`` gets no POST per notification: every
+``PENUMBRA_ALERTMANAGER_RESEND`` seconds (and at once when an instance routed to it
+opens) it gets the instances its rules route to it as Alertmanager v2 alerts
+(:func:`contract.notify.alert_of`): the open ones firing (ending by themselves if
+Penumbra stops re-sending them), those resolved lately with their end; its grouping,
+inhibition, silences and receivers take over from there.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import orjson
 import redis
 
 from contract.alarms import query_of, silence_matches
-from contract.notify import GROUP, SIGNATURE_HEADER, claim_due, enqueue, routed_contacts, sign
+from contract.notify import GROUP, SIGNATURE_HEADER, alert_of, claim_due, enqueue, routed_contacts, sign
 
 from .deps import Service
 from .records import alarm_views
@@ -64,6 +71,8 @@ class Notifier:
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.task: asyncio.Task | None = None
         self.grouped = False
+        #: when the Alertmanager contact points are sent the active instances next (0: at once)
+        self.alertmanager_at = 0.0
 
     async def start(self) -> None:
         if self.service.settings.notify:
@@ -85,6 +94,7 @@ class Notifier:
                     busy = await asyncio.to_thread(self._events)
                     busy = await asyncio.to_thread(self._silence_ends) or busy
                     busy = await self._deliver(http) or busy
+                    await self._alertmanagers(http)
                     if not busy:
                         await asyncio.sleep(poll)
                 except asyncio.CancelledError:
@@ -142,10 +152,18 @@ class Notifier:
         body = {"event": event, "at": now, "alarm": view, "link": f"{self.service.settings.public_url.rstrip('/')}"
                 f"/#/alarms?query={view['query']}"}
         made = 0
+        kinds = self._kinds()
         for contact in routed_contacts(routes, view["query"], view["priority"]):
+            if kinds.get(contact) == "alertmanager":
+                self.alertmanager_at = 0.0     # Alertmanager gets the instance with all the others, now
+                continue
             made += enqueue(self.service.redis, self.keys, f"{notification}:{contact}", contact,
                             {**body, "id": f"{notification}:{contact}"}, now)
         return made
+
+    def _kinds(self) -> dict[str, str]:
+        return {json.loads(raw)["id"]: json.loads(raw).get("kind", "webhook")
+                for raw in self.service.redis.hvals(self.keys.contacts)}
 
     # ---- 2. silences that ended
 
@@ -181,6 +199,51 @@ class Notifier:
             return []
         return [v for v in alarm_views(self.service, {silence["query"]: entry})
                 if silence_matches(silence, v["query"], v["key"]) and (v["last_at"] or 0) >= silence["start"]]
+
+    # ---- Alertmanager: the active instances, re-sent while active
+
+    async def _alertmanagers(self, http: httpx.AsyncClient) -> None:
+        now = time.time()
+        if now < self.alertmanager_at:
+            return
+        resend = self.service.settings.alertmanager_resend
+        self.alertmanager_at = now + resend
+        pushes = await asyncio.to_thread(self._alerts, now, resend)
+        for contact, alerts in pushes:
+            try:
+                answer = await http.post(contact["url"].rstrip("/") + "/api/v2/alerts", json=alerts)
+                if answer.status_code >= 300:
+                    log.warning("notifier: Alertmanager %s answered %d", contact["name"], answer.status_code)
+            except httpx.HTTPError as problem:
+                log.warning("notifier: Alertmanager %s unreachable (%s); again in %g s", contact["name"], problem,
+                            resend)
+
+    def _alerts(self, now: float, resend: float) -> list[tuple[dict, list[dict]]]:
+        """Per Alertmanager contact point, the instances its rules route to it as alerts: the
+        open ones (new, acknowledged) firing, those resolved lately with their end; a silenced
+        one is not sent (it notifies nobody)."""
+        contacts = [json.loads(raw) for raw in self.service.redis.hvals(self.keys.contacts)]
+        managers = [c for c in contacts if c.get("kind") == "alertmanager"]
+        if not managers:
+            return []
+        routes = self._routes()
+        _, queries, _ = self.service.snapshot()
+        views = alarm_views(self.service, queries, now=now)
+        base = self.service.settings.public_url.rstrip("/")
+        out = []
+        for contact in managers:
+            alerts = []
+            for view in views:
+                if contact["id"] not in routed_contacts(routes, view["query"], view["priority"]):
+                    continue
+                if view["state"] == "silenced":
+                    continue
+                if view["state"] == "resolved" and now - (view.get("updated_at") or view.get("last_at") or 0) > 4 * resend:
+                    continue
+                alerts.append(alert_of(view, f"{base}/#/alarms?query={view['query']}", now, 4 * resend))
+            if alerts:
+                out.append((contact, alerts))
+        return out
 
     # ---- 3. deliveries
 

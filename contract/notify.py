@@ -1,7 +1,8 @@
 """Notifications of alarm instances: contact points, routing rules and deliveries in Redis.
 
 - ``pn:contacts``: contact point id -> JSON ``{"id", "name", "kind", "url", "secret",
-  "created", "by"}`` (``kind`` webhook: a POST of the notification's JSON, signed);
+  "created", "by"}`` (``kind`` webhook: a POST of the notification's JSON, signed;
+  alertmanager: the instances pushed to a Prometheus Alertmanager, :func:`alert_of`);
 - ``pn:routes``: routing rule id -> JSON ``{"id", "queries", "priorities", "contacts",
   "created", "by"}``: a notification of an instance whose query is in ``queries`` (null:
   any) and whose priority is in ``priorities`` (null: any) goes to each of ``contacts``;
@@ -21,17 +22,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 import redis
 
 from .keys import Keys
 
-__all__ = ["CONTACT_KINDS", "GROUP", "SIGNATURE_HEADER", "claim_due", "enqueue", "routed_contacts", "sign"]
+__all__ = ["CONTACT_KINDS", "GROUP", "SIGNATURE_HEADER", "alert_of", "claim_due", "enqueue", "routed_contacts", "sign"]
 
 #: The consumer group of the notifiers on the alarm events.
 GROUP = "notifier"
-CONTACT_KINDS = ("webhook",)
+CONTACT_KINDS = ("webhook", "alertmanager")
 #: The webhook's signature header: ``t=<seconds since the epoch>,v1=<hex HMAC-SHA256 of "<t>.<body>">``.
 SIGNATURE_HEADER = "X-Penumbra-Signature"
 
@@ -85,3 +88,36 @@ return due
 
 def claim_due(client: redis.Redis, keys: Keys, now: float, lease: float, most: int) -> list[str]:
     return [i.decode() for i in client.eval(_CLAIM, 1, keys.deliveries_due, now, now + lease, most)]
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _label(name: str) -> str:
+    """A Prometheus label name from a key attribute's (letters, digits and _ only)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return f"key_{cleaned}"
+
+
+def alert_of(view: Mapping[str, Any], link: str, now: float, expires: float) -> dict:
+    """An alarm instance as an Alertmanager v2 alert: labels (``alertname``, ``query``,
+    ``priority`` and ``severity``, the key's attributes as ``key_<name>``, ``instance``),
+    annotations (summary, the latest and highest probability, the link), ``startsAt`` when
+    the instance opened and ``endsAt``: when it was resolved, or ``expires`` seconds from
+    now while it is active (so that it ends by itself if Penumbra stops sending it)."""
+    labels = {"alertname": "PenumbraAlarm", "query": view["query"], "priority": view["priority"],
+              "severity": view["priority"], "instance": view["id"]}
+    for name, value in (view.get("key") or {}).items():
+        labels[_label(name)] = str(value)
+    about = ", ".join(f"{name} {value}" for name, value in (view.get("key") or {}).items())
+    annotations = {"summary": f"{view['name']}{f' ({about})' if about else ''}: {view['matches']} matches",
+                   "probability": f"{view['last_prob']:.4f}" if view.get("last_prob") is not None else "",
+                   "highest_probability": f"{view['high_prob']:.4f}" if view.get("high_prob") is not None else "",
+                   "state": view["state"], "link": link}
+    if view["state"] == "resolved":
+        ends = view.get("updated_at") or view.get("last_at") or now
+    else:
+        ends = now + expires
+    return {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(view.get("opened_at") or now),
+            "endsAt": _rfc3339(ends), "generatorURL": link}
