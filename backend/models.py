@@ -321,6 +321,7 @@ class AlarmOut(BaseModel):
     updated_by: str | None = Field(None, description="who acted on it last in this episode (auto: auto-resolve)")
     updated_at: float | None = None
     comment: str | None = None
+    verdict: Literal["real", "false", "unknown"] | None = Field(None, description="given when it was resolved")
 
 
 class AlarmList(BaseModel):
@@ -337,8 +338,47 @@ class SilenceIn(Body):
     comment: Comment | None = None
 
 
+Verdict = Literal["real", "false", "unknown"]
+
+
 class ResolveIn(Body):
     comment: Comment | None = None
+    verdict: Verdict | None = Field(None, description="what was found: real, false (a false alarm) or unknown")
+
+
+class VerdictIn(Body):
+    """What was found of one match or one alarm instance (its current episode)."""
+
+    match: Cursor | None = Field(None, description="the match's cursor")
+    alarm: Annotated[str, Field(max_length=200)] | None = Field(None, description="the alarm instance's id")
+    verdict: Verdict
+    comment: Comment | None = None
+
+
+class VerdictOut(BaseModel):
+    subject: str = Field(description="m:<match cursor>, or a:<alarm id>:<episode>")
+    verdict: Verdict
+    prob: float = Field(description="the probability reported: the match's, or the alarm episode's highest")
+    match: str | None = None
+    alarm: str | None = None
+    episode: int | None = None
+    by: str
+    at: float
+    comment: str | None = None
+
+
+class VerdictList(BaseModel):
+    items: list[VerdictOut] = Field(description="newest first")
+
+
+class CalibrationOut(BaseModel):
+    verdicts: dict[str, int] = Field(description="how many of each verdict")
+    reliability: dict[str, Any] = Field(description=(
+        "bins of reported probability (lo, hi, count, mean_prob, real_share), the expected calibration error "
+        "(ece), judged (real or false) and real"))
+    precision: list[dict[str, Any]] = Field(description=(
+        "per threshold (0 to 1 by 0.01): the verdicts at or above it, the real ones, their share"))
+    threshold_for: float | None = Field(None, description="the smallest threshold reaching the precision asked")
 
 
 class MatcherIn(Body):

@@ -179,7 +179,8 @@ def instance_view(query: Mapping[str, Any], instance: str, record: Mapping[str, 
             "episode": episode, "opened_at": record.get("opened_at"), "last_at": record.get("last_at"),
             "first": record.get("first"), "last": record.get("last"), "last_prob": record.get("last_prob"),
             "high_prob": record.get("high"), "silenced_until": until, "silence": silence["id"] if silence else None,
-            "updated_by": by, "updated_at": at, "comment": (current or {}).get("comment")}
+            "updated_by": by, "updated_at": at, "comment": (current or {}).get("comment"),
+            "verdict": (current or {}).get("verdict")}
 
 
 def sort_key(view: Mapping[str, Any]) -> tuple:

@@ -111,6 +111,10 @@ class Keys:
         """What people did to a query's alarm instances (contract/alarms.py)."""
         return f"{self.prefix}:alarm-states:{query}"
 
+    def verdicts(self, query: str) -> str:
+        """What people found of a query's matches and alarms (real, false, unknown)."""
+        return f"{self.prefix}:verdicts:{query}"
+
     @property
     def alarm_events(self) -> str:
         """Instances that opened or reopened, for the notifiers."""

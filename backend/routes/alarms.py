@@ -28,6 +28,7 @@ from ..errors import ApiError
 from ..models import AlarmList, AlarmOut, ResolveIn, SilenceIn
 from ..records import alarm_views
 from . import errors
+from .verdicts import record_verdict
 
 router = APIRouter(prefix="/alarms", tags=["alarms"])
 
@@ -151,6 +152,10 @@ def silence(who: AnalystDep, alarm_id: str, body: SilenceIn, service: ServiceDep
 @router.post("/{alarm_id}/resolve", response_model=AlarmOut, responses=errors(401, 403, 404),
              summary="Resolve an alarm instance")
 def resolve(who: AnalystDep, alarm_id: str, service: ServiceDep, body: ResolveIn | None = None) -> dict:
-    """The next match about its key opens it again."""
+    """The next match about its key opens it again. A ``verdict`` (real, false, unknown)
+    judges the episode it closes (/api/queries/{id}/verdicts)."""
     entry, _ = _instance(service, alarm_id)
-    return _act(service, entry, alarm_id, who.label, "resolved", comment=body.comment if body else None)
+    if body is not None and body.verdict is not None:
+        record_verdict(service, entry, who.label, body.verdict, body.comment, alarm=alarm_id)
+    return _act(service, entry, alarm_id, who.label, "resolved", comment=body.comment if body else None,
+                verdict=body.verdict if body else None)

@@ -47,6 +47,9 @@ ROUTES = {
     ("POST", "/api/routing-rules"): "admin",
     ("DELETE", "/api/routing-rules/{rule_id}"): "admin",
     ("GET", "/api/deliveries"): "analyst",
+    ("POST", "/api/queries/{query_id}/verdicts"): "analyst",
+    ("GET", "/api/queries/{query_id}/verdicts"): "viewer",
+    ("GET", "/api/queries/{query_id}/calibration"): "viewer",
     ("GET", "/api/audit"): "analyst",
     ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin",
@@ -78,6 +81,8 @@ def body_for(method: str, path: str, stream: str, partner: str, query: str | Non
         return {"name": "matrix", "url": "http://127.0.0.1:9/hook"}
     if path == "/api/routing-rules" and method == "POST":
         return {"contacts": [contact]}
+    if path.endswith("/verdicts") and method == "POST":
+        return {"alarm": query, "verdict": "real"}
     if path == "/api/tokens":
         return {"role": "viewer", "label": "matrix"}
     return None

@@ -81,7 +81,9 @@ export default {
           <ul id="contacts" class="plain"></ul>
           <form id="contact-form" class="filters" aria-label="Add a contact point">
             <div><label for="c-name">Name</label><input id="c-name" required maxlength="200"></div>
-            <div><label for="c-url">Webhook URL</label><input id="c-url" type="url" required placeholder="a webhook address"></div>
+            <div><label for="c-kind">Kind</label><select id="c-kind"><option value="webhook">Webhook (signed POST)</option>
+              <option value="alertmanager">Prometheus Alertmanager</option></select></div>
+            <div><label for="c-url">URL</label><input id="c-url" type="url" required placeholder="a webhook or Alertmanager address"></div>
             <div><button type="submit">Add</button></div>
           </form>
           <p class="muted small" id="contact-secret" hidden></p>
@@ -148,7 +150,7 @@ export default {
         contacts = (await get("/contact-points")).items;
         const rules = (await get("/routing-rules")).items;
         main.querySelector("#contacts").innerHTML = contacts.map((c) => `<li data-contact="${esc(c.id)}">
-          <strong>${esc(c.name)}</strong> <span class="muted small">${esc(c.url)}</span>
+          <strong>${esc(c.name)}</strong> <span class="muted small">${esc(c.kind)} · ${esc(c.url)}</span>
           <button type="button" data-test="${esc(c.id)}">Send a test</button>
           <button type="button" class="danger" data-remove-contact="${esc(c.id)}">Remove</button></li>`).join("")
           || `<li class="empty">No contact point.</li>`;
@@ -190,7 +192,7 @@ export default {
       event.preventDefault();
       try {
         const made = await post("/contact-points", { name: main.querySelector("#c-name").value,
-          url: main.querySelector("#c-url").value });
+          kind: main.querySelector("#c-kind").value, url: main.querySelector("#c-url").value });
         const shown = main.querySelector("#contact-secret");
         shown.hidden = false;
         shown.textContent = `Signing secret of ${made.name} (shown once, keep it): ${made.secret}`;
