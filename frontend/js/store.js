@@ -49,13 +49,18 @@ export async function refreshAlarms() {
     next = answer.next;
   } while (next && found.length < MAX_ALARMS);
   store.alarms = new Map(found.map((a) => [a.id, a]));
+  for (const a of found) episodes.set(a.id, Math.max(episodes.get(a.id) ?? 0, a.episode ?? 0));
   emit("alarms");
 }
 
+// the highest episode seen of each instance: an instance opens (again) when a later one comes
+const episodes = new Map();
+
 export function setAlarm(alarm) {
-  const before = store.alarms.get(alarm.id);
+  const seen = episodes.get(alarm.id);
   store.alarms.set(alarm.id, alarm);
-  if (alarm.state === "new" && (!before || (before.episode ?? 0) < (alarm.episode ?? 0))) emit("opened", alarm);
+  episodes.set(alarm.id, Math.max(seen ?? 0, alarm.episode ?? 0));
+  if (alarm.state === "new" && (seen === undefined || seen < (alarm.episode ?? 0))) emit("opened", alarm);
   emit("alarms");
 }
 

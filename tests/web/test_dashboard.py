@@ -248,6 +248,31 @@ def test_admins_manage_contact_points_and_rules_and_see_failed_deliveries(tab, a
     assert page.is_hidden("#contact-form")
 
 
+def test_resolving_with_a_verdict_fills_the_tuners_reliability_diagram(tab, api, store, keys, join_query):
+    query_id, _, _ = join_query
+    ids = write_batch(store, keys, 1, {query_id: [
+        {"events": {"A": f"a{n}", "B": f"b{n}"}, "prob": p, "key": {"region": n}}
+        for n, p in enumerate((0.95, 0.9, 0.65, 0.62))]})[query_id]
+    for cursor, said in zip(ids[1:], ("real", "false", "false")):
+        assert api.post(f"/queries/{query_id}/verdicts", json={"match": cursor, "verdict": said},
+                        headers=api.as_("analyst")).status_code == 201
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], f"alarms?query={query_id}")
+    card = page.locator(f'.group[data-alarm="{instance_id(query_id, {"region": 0})}"]')
+    card.locator("select[data-verdict]").select_option("real")
+    card.locator('button[data-act="resolve"]').click()
+    card.locator("text=(real)").wait_for()
+    tab.open(f"tuner?query={query_id}")
+    page.select_option("#tune-query", query_id)
+    page.locator("#calib-summary", has_text="2 real, 2 false").wait_for()
+    wait_until(page, "document.querySelector('#calib-chart')?.data?.length === 2")
+    page.fill("#calib-target", "100")
+    page.dispatch_event("#calib-target", "change")
+    page.locator("#calib-threshold", has_text="90.0 %").wait_for()   # both at 90 % and above were real
+    shown = page.evaluate("document.querySelector('#calib-chart').data[0]")
+    assert [(round(x), round(y)) for x, y in sorted(zip(shown["x"], shown["y"]))] == [(65, 0), (95, 100)]
+
+
 def test_no_match_missed_or_shown_twice_across_a_reconnect(tab, api, store, keys, join_query):
     """The socket is closed under the page (as a network blip would); what is written
     meanwhile arrives after the reconnect, once."""

@@ -245,7 +245,10 @@ export default {
               <select data-silence aria-label="Silence for">${SILENCE.map(([s, t]) =>
                 `<option value="${s}"${s === 3600 ? " selected" : ""}>${t}</option>`).join("")}</select></label>
               <button type="button" data-act="silence">Silence</button></span>
-            <button type="button" data-act="resolve">Resolve</button>
+            <span class="row"><label class="inline"><span class="sr-only">Verdict</span>
+              <select data-verdict aria-label="Verdict"><option value="">no verdict</option><option value="real">real</option>
+                <option value="false">false alarm</option><option value="unknown">unknown</option></select></label>
+              <button type="button" data-act="resolve">Resolve</button></span>
           </div>`;
         element.querySelector(".actions").addEventListener("click", (event) => {
           const button = event.target.closest("button[data-act]");
@@ -263,7 +266,7 @@ export default {
           since it opened${a.high_prob !== null && a.high_prob !== undefined ? `; highest ${percent(a.high_prob)}` : ""}${a.last_prob !== null && a.last_prob !== undefined ? `, latest ${percent(a.last_prob)}` : ""}
           ${a.last_at ? ` at <span title="${esc(fullTime(a.last_at))}">${clock(a.last_at)}</span>` : ""}</p>
         ${a.silence ? `<p class="muted small">covered by a silence until ${clock(a.silenced_until)}</p>` : ""}
-        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.comment ? `: ${esc(a.comment)}` : ""}</p>` : ""}`;
+        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.verdict ? ` (${a.verdict === "false" ? "false alarm" : esc(a.verdict)})` : ""}${a.comment ? `: ${esc(a.comment)}` : ""}</p>` : ""}`;
       element.querySelectorAll(".actions button, .actions select").forEach((control) => { control.disabled = false; });
       element.querySelector('[data-act="acknowledge"]').disabled = a.state !== "new";
       element.querySelector('[data-act="resolve"]').disabled = a.state === "resolved";
@@ -300,8 +303,10 @@ export default {
     }
 
     async function act(alarmId, action, element) {
+      const verdict = element.querySelector("[data-verdict]").value;
       const body = action === "silence"
-        ? { until: Date.now() / 1000 + Number(element.querySelector("[data-silence]").value) } : undefined;
+        ? { until: Date.now() / 1000 + Number(element.querySelector("[data-silence]").value) }
+        : action === "resolve" && verdict ? { verdict } : undefined;
       const buttons = element.querySelectorAll("button");
       buttons.forEach((b) => { b.disabled = true; });
       try {

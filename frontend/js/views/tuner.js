@@ -1,7 +1,8 @@
 // Threshold tuner: how many of the recent window's candidates would match at each
 // threshold (GET what-if), the current threshold marked, a slider whose preview moves
 // before anything is applied; applying PATCHes the registry (the job takes it at its
-// next micro-batch, and the audit stream records who: the "Changes" card lists it).
+// next micro-batch, and the audit stream records who: the "Changes" card lists it). The
+// verdicts' reliability diagram and precision by threshold say how far to trust it.
 
 import { get, patch, q, session } from "../api.js";
 import { clock, count, esc, fullTime, percent } from "../format.js";
@@ -50,6 +51,18 @@ export default {
           <span id="tune-applied" class="muted" role="status"></span>
         </div>
       </section>
+      <section class="card stack" aria-labelledby="calib-title">
+        <h2 id="calib-title">What the verdicts say</h2>
+        <p class="muted small" id="calib-summary">Verdicts (real or false, given to matches and to alarms when resolved)
+          against the probabilities reported: a calibrated query has its bars on the diagonal.</p>
+        <div class="charts">
+          <div class="chart small" id="calib-chart" role="img" aria-label="Share judged real against the reported probability"></div>
+          <div class="chart small" id="precision-chart" role="img" aria-label="Precision of the verdicts at each threshold"></div>
+        </div>
+        <div class="row"><label for="calib-target" class="inline">Precision wanted (%)</label>
+          <input id="calib-target" type="number" min="1" max="100" step="1" value="90" inputmode="numeric">
+          <span id="calib-threshold" role="status"></span></div>
+      </section>
       <section class="card stack" data-role="analyst" aria-labelledby="audit-title">
         <h2 id="audit-title">Changes to this query</h2>
         <p class="muted small">The audit trail: who registered, retuned, paused or acted on it, newest first.</p>
@@ -71,6 +84,47 @@ export default {
     let whatIf = null;
     let current = null;
     let drawn = false;
+    const calibChart = main.querySelector("#calib-chart");
+    const precisionChart = main.querySelector("#precision-chart");
+
+    async function loadCalibration() {
+      const id = select.value;
+      if (!id) return;
+      const target = Math.min(100, Math.max(1, Number(main.querySelector("#calib-target").value) || 90)) / 100;
+      let found;
+      try {
+        found = await get(`${q(id)}/calibration?bins=10&precision=${target}`);
+      } catch (error) {
+        main.querySelector("#calib-threshold").textContent = `cannot be read: ${error.message}`;
+        return;
+      }
+      const colours = palette();
+      const bins = found.reliability.bins.filter((b) => b.count);
+      const judged = found.reliability.judged;
+      main.querySelector("#calib-summary").textContent = judged
+        ? `${count(found.verdicts.real)} real, ${count(found.verdicts.false)} false, ${count(found.verdicts.unknown)} unknown; `
+          + `expected calibration error ${percent(found.reliability.ece)}.`
+        : "No verdict yet: judge matches or resolve alarms with a verdict to see how the probabilities hold up.";
+      const note = judged ? {} : { annotations: [{ text: "no verdict yet", xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }] };
+      draw(calibChart, [
+        { x: bins.map((b) => (b.lo + b.hi) * 50), y: bins.map((b) => b.real_share * 100), type: "bar", name: "judged real",
+          width: 8, marker: { color: colours.accent }, text: bins.map((b) => `${b.count}`), textposition: "outside",
+          hovertemplate: "reported %{x:.0f} %: %{y:.0f} % real (%{text} verdicts)<extra></extra>" },
+        { x: [0, 100], y: [0, 100], type: "scatter", mode: "lines", name: "calibrated", line: { color: colours.muted, dash: "dot" } },
+      ], { ...note, margin: { l: 52, r: 12, t: 12, b: 40 }, showlegend: false,
+        xaxis: { title: { text: "reported probability (%)" }, range: [0, 100] },
+        yaxis: { title: { text: "judged real (%)" }, range: [0, 105] } });
+      const points = found.precision.filter((p) => p.precision !== null);
+      draw(precisionChart, [{ x: points.map((p) => p.threshold * 100), y: points.map((p) => p.precision * 100),
+        type: "scatter", mode: "lines", name: "precision", line: { color: colours.ok },
+        hovertemplate: "threshold %{x:.0f} %: %{y:.0f} % real<extra></extra>" }],
+      { ...note, margin: { l: 52, r: 12, t: 12, b: 40 }, showlegend: false,
+        xaxis: { title: { text: "threshold (%)" }, range: [0, 100] }, yaxis: { title: { text: "precision (%)" }, range: [0, 105] },
+        shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: target * 100, y1: target * 100, line: { color: colours.warn, dash: "dash" } }] });
+      main.querySelector("#calib-threshold").textContent = !judged ? ""
+        : found.threshold_for === null ? `No threshold reaches ${percent(target, 0)} on these verdicts.`
+          : `A threshold of ${percent(found.threshold_for)} reaches ${percent(target, 0)} precision on these verdicts.`;
+    }
 
     function fillQueries() {
       const chosen = select.value || params.get("query");
@@ -218,7 +272,8 @@ export default {
     }
 
     slider.addEventListener("input", updatePreview);
-    select.addEventListener("change", () => { main.querySelector("#tune-applied").textContent = ""; load(); });
+    select.addEventListener("change", () => { main.querySelector("#tune-applied").textContent = ""; load(); loadCalibration(); });
+    main.querySelector("#calib-target").addEventListener("change", loadCalibration);
     main.querySelector("#tune-batches").addEventListener("change", load);
     main.querySelector("#tune-reload").addEventListener("click", load);
     main.querySelector("#tune-reset").addEventListener("click", () => {
@@ -238,11 +293,14 @@ export default {
     select.addEventListener("change", drawRate);
     fillQueries();
     load().then(drawRate);
+    loadCalibration();
     return () => {
       bus.removeEventListener("queries", onQueries);
       bus.removeEventListener("matches", onMatches);
       purge(chart);
       purge(rateChart);
+      purge(calibChart);
+      purge(precisionChart);
     };
   },
 };
