@@ -71,5 +71,6 @@ def delete_query(who: AnalystDep, query_id: str, entry: QueryDep, service: Servi
         service.registry.remove(query_id, who=who.label)
     except RegistryError as error:
         raise ApiError(404, str(error), field="query_id") from None
-    service.redis.delete(service.keys.instances(query_id), service.keys.alarm_states(query_id))
+    service.redis.delete(service.keys.instances(query_id), service.keys.alarm_states(query_id),
+                         service.keys.verdicts(query_id))
     return Response(status_code=204)

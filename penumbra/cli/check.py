@@ -1,5 +1,6 @@
 """``penumbra check TRUTH``: the alarms compared with a simulation's ground truth
-(precision, recall, calibration)."""
+(precision, recall, calibration); ``penumbra check --verdicts --query ID``: the same from
+the verdicts people (or ``simulate --verdicts``) gave in the running system."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(commands) -> None:
-    chk = commands.add_parser("check", help="compare alarms with a simulation's ground truth")
-    chk.add_argument("truth", help="the file simulate --truth wrote")
+    chk = commands.add_parser("check", help="compare alarms with a simulation's ground truth, or with verdicts")
+    chk.add_argument("truth", nargs="?", help="the file simulate --truth wrote")
+    chk.add_argument("--verdicts", action="store_true",
+                     help="read the query's verdicts from the API (--api, --query) instead of a truth file")
     where = chk.add_mutually_exclusive_group()
     where.add_argument("--matches", help="matches, one JSON object per line (eval's output); the truth "
                                          "must hold one query, or name it with --query")
@@ -25,6 +28,10 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.verdicts:
+        return _from_verdicts(args)
+    if not args.truth:
+        raise UsageError("give a truth file (simulate --truth), or --verdicts with --query")
     try:
         truth = json.loads(read_text(args.truth, "truth file"))
         queries = truth["queries"]
@@ -79,3 +86,36 @@ def _fetch_matches(args: argparse.Namespace, qid: str) -> list[dict]:
                     return out
     except FeedError as error:
         raise UsageError(str(error)) from None
+
+
+def _from_verdicts(args: argparse.Namespace) -> int:
+    """Precision, calibration and the reliability bins of a query's verdicts (real, false;
+    unknown ones counted apart), at or above ``--threshold`` when given."""
+    if args.truth or args.matches:
+        raise UsageError("--verdicts reads the verdicts from the API: give neither a truth file nor --matches")
+    if not args.query:
+        raise UsageError("--verdicts: name the query with --query")
+    if args.threshold is not None and not 0 <= args.threshold <= 1:
+        raise UsageError(f"--threshold must be within [0, 1], got {args.threshold:g}")
+    from ..calibration import reliability
+
+    try:
+        with ApiSink(args.api, args.token) as api:
+            status, page = api.request("GET", f"/api/queries/{args.query}/verdicts?limit=10000")
+    except FeedError as error:
+        raise UsageError(str(error)) from None
+    if status != 200:
+        raise UsageError(f"GET /api/queries/{args.query}/verdicts answered {status}: {page}")
+    floor = args.threshold or 0.0
+    kept = [v for v in page["items"] if float(v["prob"]) >= floor]
+    judged = [v for v in kept if v["verdict"] in ("real", "false")]
+    found = reliability([float(v["prob"]) for v in judged], [v["verdict"] == "real" for v in judged])
+    real = found["real"]
+    print(json.dumps({"query": args.query, "source": "verdicts", "threshold": floor, "judged": len(judged),
+                      "real": real, "false": len(judged) - real,
+                      "unknown": sum(1 for v in kept if v["verdict"] == "unknown"),
+                      "precision": round(real / len(judged), 6) if judged else None,
+                      "ece": round(found["ece"], 6) if found["ece"] is not None else None,
+                      "bins": [{"from": b["lo"], "judged": b["count"], "mean_prob": round(b["mean_prob"], 6),
+                                "real_share": round(b["real_share"], 6)} for b in found["bins"] if b["count"]]}))
+    return 0

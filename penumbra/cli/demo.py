@@ -76,7 +76,7 @@ class Demo:
     def _child(self, name: str) -> Child:
         sup = self.supervisor
         argv = [sys.executable, "-m", "penumbra", "simulate", name, "--forever", "--duration", "60",
-                "--rate", f"{sup.settings.demo_rate:g}", "--api", sup.settings.api_url]
+                "--rate", f"{sup.settings.demo_rate:g}", "--api", sup.settings.api_url, "--verdicts"]
         env = {**sup._env(), "PENUMBRA_TOKEN": self.token or ""}
         return Child(f"sim-{name}", f"the {name} simulator", argv, sup.settings.logs / f"sim-{name}.log", env,
                      sup.settings.var, probe=lambda child: True, waiting_for=f"the {name} simulator",

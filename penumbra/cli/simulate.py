@@ -38,6 +38,9 @@ def add_parser(commands) -> None:
                      help="write the scenario's stream parameters to this JSON file (for eval --streams)")
     sim.add_argument("--setup", action="store_true",
                      help="first register the scenario's streams (needs an admin token) and queries")
+    sim.add_argument("--verdicts", action="store_true",
+                     help="after each round, judge the matches of the events sent by the truth (real or false) "
+                          "and post the verdicts (needs --api and an analyst token): the calibration fills in")
     add_target(sim)
 
 
@@ -67,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--speed must be >= 0, got {args.speed:g}")
     if args.forever and (args.truth or args.out):
         raise UsageError("--forever runs until stopped: it writes neither --truth nor --out")
+    if args.verdicts and (args.out or not args.api):
+        raise UsageError("--verdicts posts verdicts to the API: give --api (and not --out)")
     if args.streams_out:
         try:
             Path(args.streams_out).write_text(json.dumps(sc.streams, indent=1), encoding="utf-8")
@@ -86,10 +91,13 @@ def run(args: argparse.Namespace) -> int:
             if args.setup:
                 _setup(args, sc)
             total, rounds, tally = 0, 0, None
+            judge = Judge(args.api, args.token, sc) if args.verdicts else None
             while not stop() and (args.forever or rounds == 0):
                 sim = scenarios.generate(args.scenario, args.rate, args.duration, args.seed + rounds)
                 origin = float(round(time.time() * sc.per_second))
                 sim = sim.shifted(origin, f"{run}.{rounds}." if args.forever else f"{run}.")
+                if judge is not None:
+                    judge.learn(sim, f"{run}.{rounds}." if args.forever else f"{run}.")
                 if args.truth:
                     _write_truth(args, sc, sim, origin)
                 progress = Progress(f"{args.scenario} round {rounds + 1}" if args.forever else args.scenario,
@@ -100,12 +108,71 @@ def run(args: argparse.Namespace) -> int:
                 rounds += 1
                 if tally.reasons:
                     print(f"penumbra simulate: rejected: {'; '.join(tally.reasons[:3])}", file=sys.stderr)
+                if judge is not None:
+                    waited = time.monotonic() + (0 if args.forever else JUDGE_WAIT)
+                    while not stop() and time.monotonic() < waited:
+                        time.sleep(0.2)         # the job's last matches of the events sent
+                    judge.judge()
     except FeedError as error:
         print(f"penumbra simulate: error: {error}", file=sys.stderr)
         return 1
     print(json.dumps({"scenario": args.scenario, "rounds": rounds, "events": total,
-                      **({"last_round": tally.to_json()} if tally else {})}))
+                      **({"last_round": tally.to_json()} if tally else {}),
+                      **({"verdicts": judge.posted} if judge is not None else {})}))
     return 0
+
+
+#: seconds a single round waits for the job's last matches before judging them
+JUDGE_WAIT = 10.0
+
+
+class Judge:
+    """The truth the simulator knows, posted as verdicts: each new match of the scenario's
+    queries whose events this run sent is judged real when its events are those of a true
+    match, false otherwise (``POST /api/queries/{id}/verdicts``). Matches of other runs,
+    and those written before it started, are left alone."""
+
+    def __init__(self, api: str, token: str | None, sc):
+        self.api, self.token = api, token
+        self.queries = [q.id for q in sc.queries]
+        self.truth: dict[str, set[tuple]] = {q: set() for q in self.queries}
+        self.variables: dict[str, set[str]] = {q: set() for q in self.queries}
+        self.prefixes: list[str] = []
+        self.cursors = {q: self._newest(q) for q in self.queries}
+        self.posted = 0
+
+    def _newest(self, query: str) -> str | None:
+        status, page = api_call(self.api, "GET", f"/api/queries/{query}/matches?limit=1", self.token)
+        return page["items"][0]["id"] if status == 200 and page.get("items") else None
+
+    def learn(self, sim, prefix: str) -> None:
+        self.prefixes = (self.prefixes + [prefix])[-4:]     # the last rounds' matches may still come
+        for query in self.queries:
+            for true in sim.truth[query]:
+                self.truth[query].add(tuple(sorted(true.items())))
+                self.variables[query].update(true)
+
+    def judge(self) -> None:
+        for query in self.queries:
+            since = f"&since={self.cursors[query]}" if self.cursors[query] else ""
+            status, page = api_call(self.api, "GET", f"/api/queries/{query}/matches?limit=1000{since}", self.token)
+            if status != 200:
+                print(f"penumbra simulate: --verdicts: GET matches of {query} answered {status}", file=sys.stderr)
+                continue
+            for match in reversed(page["items"]):          # oldest first
+                self.cursors[query] = match["id"]
+                ids = list(match["events"].values())
+                if not any(i.startswith(p) for i in ids for p in self.prefixes):
+                    continue
+                wanted = self.variables[query]
+                key = tuple(sorted((v, i) for v, i in match["events"].items() if not wanted or v in wanted))
+                verdict = "real" if key in self.truth[query] else "false"
+                status, answer = api_call(self.api, "POST", f"/api/queries/{query}/verdicts", self.token,
+                                          {"match": match["id"], "verdict": verdict, "comment": "simulator's truth"})
+                if status == 201:
+                    self.posted += 1
+                else:
+                    print(f"penumbra simulate: --verdicts: a verdict answered {status}: {answer}", file=sys.stderr)
 
 
 def _base36(number: int) -> str:

@@ -132,3 +132,41 @@ def test_straight_into_the_ingest_stream_duplicates_and_conflicts_are_told_apart
     # a, b, c taken once; a and b again as they were: duplicates; a with another time: a conflict
     assert (tally.accepted, tally.duplicates, tally.rejected) == (3, 2, 1)
     assert store.xlen(keys.dead) == dead + 1
+
+
+def test_simulate_posts_the_truth_it_knows_as_verdicts_and_check_reads_them(api_server, store, keys, tmp_path):
+    """While ``simulate --verdicts`` waits for the job's matches of what it sent, matches are
+    written as the sink writes them: some of true occurrences, some not. It judges each by its
+    truth; ``check --verdicts`` then gives the precision those verdicts say."""
+    from .conftest import write_batch
+
+    truth_file = tmp_path / "truth.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PENUMBRA_TOKEN": ADMIN_TOKEN}
+    process = subprocess.Popen([sys.executable, "-m", "penumbra", "simulate", "cluster", "--rate", "60",
+                                "--duration", "60", "--speed", "0", "--seed", "4", "--setup", "--truth",
+                                str(truth_file), "--verdicts", "--api", api_server.url],
+                               env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not truth_file.exists() or not truth_file.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.05)
+        truth = json.loads(truth_file.read_text())["queries"]["cluster"]["truth"]
+        assert len(truth) >= 4
+        real = truth[:3]
+        false = [{**truth[3], "c": truth[0]["c"]}]           # a task's start and CPU with another task's finish
+        write_batch(store, keys, 1, {"cluster": [{"events": m, "prob": p, "key": None}
+                                                 for m, p in zip(real + false, (0.9, 0.8, 0.7, 0.95))]})
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert json.loads(out)["verdicts"] == 4
+    given = json.loads(penumbra("check", "--verdicts", "--query", "cluster", "--api", api_server.url).stdout)
+    assert (given["judged"], given["real"], given["false"]) == (4, 3, 1) and given["precision"] == 0.75
+    high = json.loads(penumbra("check", "--verdicts", "--query", "cluster", "--threshold", "0.85",
+                               "--api", api_server.url).stdout)
+    assert (high["judged"], high["real"]) == (2, 1)
+    assert penumbra("check", "--verdicts", "--api", api_server.url).returncode == 2   # no --query
