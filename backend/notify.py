@@ -29,11 +29,13 @@ inhibition, silences and receivers take over from there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -71,6 +73,8 @@ class Notifier:
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.task: asyncio.Task | None = None
         self.grouped = False
+        # threads of its own: the live feed's work on the shared ones does not delay a notification
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notifier")
         #: when the Alertmanager contact points are sent the active instances next (0: at once)
         self.alertmanager_at = 0.0
 
@@ -85,18 +89,20 @@ class Notifier:
                 await self.task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
                 pass
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _call(self, function, *args):
+        """``function(*args)`` (Redis calls, blocking) on the notifier's own threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(function, *args))
 
     async def _run(self) -> None:
-        poll = self.service.settings.notify_poll
         async with httpx.AsyncClient(timeout=self.service.settings.notify_timeout, trust_env=False) as http:
             while True:
                 try:
-                    busy = await asyncio.to_thread(self._events)
-                    busy = await asyncio.to_thread(self._silence_ends) or busy
-                    busy = await self._deliver(http) or busy
+                    await self._call(self._events)      # waits up to the poll interval for an event
+                    await self._call(self._silence_ends)
+                    await self._deliver(http)
                     await self._alertmanagers(http)
-                    if not busy:
-                        await asyncio.sleep(poll)
                 except asyncio.CancelledError:
                     raise
                 except redis.RedisError as error:
@@ -119,7 +125,10 @@ class Notifier:
                     raise
             self.grouped = True
         taken = client.xautoclaim(keys.alarm_events, GROUP, self.consumer, TAKE_OVER_MS, "0-0", count=BATCH)[1]
-        found = client.xreadgroup(GROUP, self.consumer, {keys.alarm_events: ">"}, count=BATCH)
+        # waits for a new event up to the poll interval: an opening is taken the moment it is written
+        settings = self.service.settings
+        wait = None if taken else max(1, int(min(settings.notify_poll, settings.redis_timeout / 2) * 1000))
+        found = client.xreadgroup(GROUP, self.consumer, {keys.alarm_events: ">"}, count=BATCH, block=wait)
         entries = list(taken) + [e for _, items in found for e in items]
         if not entries:
             return False
@@ -208,7 +217,7 @@ class Notifier:
             return
         resend = self.service.settings.alertmanager_resend
         self.alertmanager_at = now + resend
-        pushes = await asyncio.to_thread(self._alerts, now, resend)
+        pushes = await self._call(self._alerts, now, resend)
         for contact, alerts in pushes:
             try:
                 answer = await http.post(contact["url"].rstrip("/") + "/api/v2/alerts", json=alerts)
@@ -249,7 +258,7 @@ class Notifier:
 
     async def _deliver(self, http: httpx.AsyncClient) -> bool:
         client, keys = self.service.redis, self.keys
-        due = await asyncio.to_thread(claim_due, client, keys, time.time(), LEASE_SECONDS, BATCH)
+        due = await self._call(claim_due, client, keys, time.time(), LEASE_SECONDS, BATCH)
         if not due:
             return False
         await asyncio.gather(*(self._attempt(http, notification) for notification in due))
@@ -257,13 +266,13 @@ class Notifier:
 
     async def _attempt(self, http: httpx.AsyncClient, notification: str) -> None:
         client, keys = self.service.redis, self.keys
-        raw, contact_raw = await asyncio.to_thread(self._load, notification)
+        raw, contact_raw = await self._call(self._load, notification)
         if raw is None:
-            await asyncio.to_thread(client.zrem, keys.deliveries_due, notification)
+            await self._call(client.zrem, keys.deliveries_due, notification)
             return
         record = json.loads(raw)
         if contact_raw is None:
-            await asyncio.to_thread(self._give_up, record, "its contact point was removed")
+            await self._call(self._give_up, record, "its contact point was removed")
             return
         contact = json.loads(contact_raw)
         body = orjson.dumps(record["body"])
@@ -279,17 +288,17 @@ class Notifier:
             pipe = client.pipeline(transaction=True)
             pipe.hdel(keys.deliveries, notification)
             pipe.zrem(keys.deliveries_due, notification)
-            await asyncio.to_thread(pipe.execute)
+            await self._call(pipe.execute)
             return
         record["attempts"] += 1
         record["last_error"] = error
         if time.time() - record["created"] >= self.service.settings.notify_give_up_minutes * 60:
-            await asyncio.to_thread(self._give_up, record, error)
+            await self._call(self._give_up, record, error)
             return
         pipe = client.pipeline(transaction=True)
         pipe.hset(keys.deliveries, notification, json.dumps(record))
         pipe.zadd(keys.deliveries_due, {notification: time.time() + backoff(record["attempts"])})
-        await asyncio.to_thread(pipe.execute)
+        await self._call(pipe.execute)
 
     def _load(self, notification: str) -> tuple[bytes | None, bytes | None]:
         raw = self.service.redis.hget(self.keys.deliveries, notification)
