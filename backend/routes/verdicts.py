@@ -15,7 +15,7 @@ import json
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 
 from contract.alarms import query_of
 from contract.entries import read_match
@@ -65,9 +65,24 @@ def _verdicts(service: Service, query_id: str) -> list[dict]:
 @router.post("/verdicts", status_code=201, response_model=VerdictOut, responses=errors(401, 403, 404),
              summary="Judge a match or an alarm: real, false or unknown")
 def give_verdict(who: AnalystDep, body: VerdictIn, entry: QueryDep, service: ServiceDep) -> dict:
-    if (body.match is None) == (body.alarm is None):
-        raise ApiError(422, "give one of match (a match's cursor) and alarm (an alarm's id)", field="match")
+    _one_subject(body, "match")
     return record_verdict(service, entry, who.label, body.verdict, body.comment, match=body.match, alarm=body.alarm)
+
+
+@router.post("/verdicts/batch", status_code=201, response_model=VerdictList, responses=errors(401, 403, 404),
+             summary="Judge up to 1,000 matches or alarms at once")
+def give_verdicts(who: AnalystDep, body: Annotated[list[VerdictIn], Body(min_length=1, max_length=1000)],
+                  entry: QueryDep, service: ServiceDep) -> dict:
+    """What a simulator knows, or a review: every verdict is checked before any is stored."""
+    for n, one in enumerate(body):
+        _one_subject(one, f"{n}.match")
+    return {"items": [record_verdict(service, entry, who.label, one.verdict, one.comment, match=one.match,
+                                     alarm=one.alarm) for one in body]}
+
+
+def _one_subject(body: VerdictIn, field: str) -> None:
+    if (body.match is None) == (body.alarm is None):
+        raise ApiError(422, "give one of match (a match's cursor) and alarm (an alarm's id)", field=field)
 
 
 @router.get("/verdicts", response_model=VerdictList, responses=errors(401, 403, 404), summary="A query's verdicts")

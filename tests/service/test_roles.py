@@ -48,6 +48,7 @@ ROUTES = {
     ("DELETE", "/api/routing-rules/{rule_id}"): "admin",
     ("GET", "/api/deliveries"): "analyst",
     ("POST", "/api/queries/{query_id}/verdicts"): "analyst",
+    ("POST", "/api/queries/{query_id}/verdicts/batch"): "analyst",
     ("GET", "/api/queries/{query_id}/verdicts"): "viewer",
     ("GET", "/api/queries/{query_id}/calibration"): "viewer",
     ("GET", "/api/audit"): "analyst",
@@ -83,6 +84,8 @@ def body_for(method: str, path: str, stream: str, partner: str, query: str | Non
         return {"contacts": [contact]}
     if path.endswith("/verdicts") and method == "POST":
         return {"alarm": query, "verdict": "real"}
+    if path.endswith("/verdicts/batch"):
+        return [{"alarm": query, "verdict": "real"}]
     if path == "/api/tokens":
         return {"role": "viewer", "label": "matrix"}
     return None

@@ -76,3 +76,18 @@ def test_bad_verdicts_are_refused_with_the_field(client, as_role, store, keys, j
         assert answer.status_code == status and answer.json()["error"]["field"] == field, (body, answer.text)
     assert client.post(f"/api/queries/{query_id}/verdicts", json={"match": cursor, "verdict": "real"},
                        headers=as_role("viewer")).status_code == 403
+
+
+def test_many_verdicts_in_one_request_are_all_checked_first(client, as_role, store, keys, join_query):
+    query_id, _, _ = join_query
+    ids = write_batch(store, keys, 1, {query_id: [{"events": {"A": f"a{n}", "B": "b"}, "prob": 0.7} for n in range(3)]})
+    ids = ids[query_id]
+    refused = client.post(f"/api/queries/{query_id}/verdicts/batch", headers=as_role("analyst"),
+                          json=[{"match": ids[0], "verdict": "real"}, {"verdict": "false"}])
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "1.match"
+    assert client.get(f"/api/queries/{query_id}/verdicts", headers=as_role("viewer")).json()["items"] == []
+    answer = client.post(f"/api/queries/{query_id}/verdicts/batch", headers=as_role("analyst"),
+                         json=[{"match": i, "verdict": v} for i, v in zip(ids, ("real", "false", "real"))])
+    assert answer.status_code == 201 and [v["verdict"] for v in answer.json()["items"]] == ["real", "false", "real"]
+    assert client.get(f"/api/queries/{query_id}/calibration", headers=as_role("viewer")).json()["verdicts"] == \
+        {"real": 2, "false": 1, "unknown": 0}
