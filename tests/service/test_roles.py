@@ -81,7 +81,7 @@ def body_for(method: str, path: str, stream: str, partner: str, query: str | Non
     if path == "/api/contact-points" and method == "POST":
         return {"name": "matrix", "url": "http://127.0.0.1:9/hook"}
     if path == "/api/routing-rules" and method == "POST":
-        return {"contacts": [contact]}
+        return {"queries": [query], "contacts": [contact]}
     if path.endswith("/verdicts") and method == "POST":
         return {"alarm": query, "verdict": "real"}
     if path.endswith("/verdicts/batch"):
@@ -103,7 +103,7 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     # fresh resources per call, so what one call changes does not decide another's answer
     stream, partner, query, token, silence = unique("R"), unique("R"), None, None, None
     register_streams(client, stream, partner, pi=JOIN_PI)
-    if "{query_id}" in path or "{alarm_id}" in path or "silences" in path:
+    if "{query_id}" in path or "{alarm_id}" in path or "silences" in path or "routing-rules" in path:
         query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=partner)},
                             headers=bearer(tokens["analyst"])).json()["id"]
         write_batch(store, keys, 0, {query: [{"events": {"A": "a", "B": "b"}, "prob": 0.9}]})
@@ -112,7 +112,8 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
         contact = client.post("/api/contact-points", json={"name": "victim", "url": "http://127.0.0.1:9/hook"},
                               headers=bearer(tokens["admin"])).json()["id"]
     if "{rule_id}" in path:
-        rule = client.post("/api/routing-rules", json={"contacts": [contact]}, headers=bearer(tokens["admin"])).json()["id"]
+        rule = client.post("/api/routing-rules", json={"queries": [query], "contacts": [contact]},
+                           headers=bearer(tokens["admin"])).json()["id"]
     if "{silence_id}" in path:
         silence = client.post("/api/silences", json={"query": query, "end": time.time() + 60},
                               headers=bearer(tokens["analyst"])).json()["id"]
