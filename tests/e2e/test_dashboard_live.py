@@ -129,7 +129,7 @@ def test_a_bad_query_is_marked_fixed_registered_and_raises_alarms_from_the_job(d
     found = wait("an alarm of the new query", lambda: matches_of(demo, "close-calls"), ALARM_TIMEOUT, demo)
     assert all(m["prob"] >= 0.8 for m in found)
     tab.open("alarms")
-    page.locator('.group[data-query="close-calls"]').wait_for()
+    page.locator('details.query-group[data-query="close-calls"]').wait_for()   # one card per region below
     page.locator('#feed li[data-query="close-calls"]').first.wait_for()
 
 
