@@ -41,6 +41,18 @@ export function priorityBadge(priority) {
   return `<span class="priority priority-${esc(priority)}" data-testid="priority">${PRIORITY_TEXT[priority] ?? esc(priority)}</span>`;
 }
 
+// verdicts given from this tab, by match id (the feed's rows are made again as it scrolls)
+const JUDGED = new Map();
+const JUDGED_TEXT = { real: "✓ judged real", false: "✗ judged false" };
+
+function judgeCell(match) {
+  const given = JUDGED.get(match.id);
+  if (given) return `<span class="judged">${JUDGED_TEXT[given]}</span>`;
+  if (!session.can("analyst")) return "<span></span>";
+  return `<span class="judge"><button type="button" data-judge="real" aria-label="Judge this match real">✓ real</button>
+    <button type="button" data-judge="false" aria-label="Judge this match a false alarm">✗ false</button></span>`;
+}
+
 function matchRow(match, fresh) {
   const li = document.createElement("li");
   li.dataset.query = match.query;
@@ -50,7 +62,7 @@ function matchRow(match, fresh) {
   const about = keyText(match.key ?? store.alarms.get(match.alarm)?.key);
   li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
     <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong>${about ? ` <span class="key">${esc(about)}</span>` : ""}</span>
-    <span class="events">${eventsText(match)}</span>${probCell(match.prob)}`;
+    <span class="events">${eventsText(match)}</span>${probCell(match.prob)}${judgeCell(match)}`;
   return li;
 }
 
@@ -384,6 +396,22 @@ export default {
     const onAlarms = () => { fillQueryFilter(); renderGroups(); if (fState.value || fPriority.value || fKey.value) renderFeed(); };
     const onQueries = () => { fillQueryFilter(); };
 
+    feed.addEventListener("click", async (event) => {
+      const button = event.target.closest("button[data-judge]");
+      if (!button) return;
+      const row = button.closest("li");
+      const verdict = button.dataset.judge;
+      row.querySelectorAll(".judge button").forEach((b) => { b.disabled = true; });
+      try {
+        await post(`/queries/${encodeURIComponent(row.dataset.query)}/verdicts`, { match: row.dataset.id, verdict });
+        JUDGED.set(row.dataset.id, verdict);
+        row.querySelector(".judge").outerHTML = `<span class="judged" tabindex="-1">${JUDGED_TEXT[verdict]}</span>`;
+        row.querySelector(".judged").focus();
+      } catch (error) {
+        row.querySelectorAll(".judge button").forEach((b) => { b.disabled = false; });
+        notify(`Verdict not given: ${error.message}`, { bad: true });
+      }
+    });
     main.querySelector("#alarm-filters").addEventListener("input", () => { limit = PAGE; renderGroups(); renderFeed(); });
     main.querySelector("#alarm-filters").addEventListener("submit", (event) => event.preventDefault());
     more.addEventListener("click", () => { limit += PAGE; renderFeed(); });
