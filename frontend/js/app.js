@@ -4,7 +4,7 @@
 import { get, onUnauthorized, session } from "./api.js";
 import { esc } from "./format.js";
 import { applyRole, notify } from "./ui.js";
-import { bus, resetStore, startHealth, startLive, stopHealth, stopLive } from "./store.js";
+import { bus, resetStore, startHealth, startLive, stopHealth, stopLive, store } from "./store.js";
 import alarms from "./views/alarms.js";
 import health from "./views/health.js";
 import inspector from "./views/inspector.js";
@@ -15,6 +15,32 @@ const VIEWS = { alarms, queries, tuner, inspector, health };
 const $ = (selector) => document.querySelector(selector);
 
 let unmount = null;
+let viewTitle = "Alarms";
+
+// ---- tabs of this browser share the session: a new tab asks the others for the token
+// (it is never stored beyond a tab's session), and signing out signs every tab out
+
+const tabs = typeof BroadcastChannel === "undefined" ? null : new BroadcastChannel("penumbra.session");
+
+function askOtherTabs(wait = 300) {
+  if (!tabs) return Promise.resolve(null);
+  return new Promise((resolve) => {
+    const answered = (event) => {
+      if (event.data?.type === "token" && event.data.token) {
+        tabs.removeEventListener("message", answered);
+        resolve(event.data.token);
+      }
+    };
+    tabs.addEventListener("message", answered);
+    tabs.postMessage({ type: "who" });
+    setTimeout(() => { tabs.removeEventListener("message", answered); resolve(null); }, wait);
+  });
+}
+
+tabs?.addEventListener("message", (event) => {
+  if (event.data?.type === "who" && session.token && session.me) tabs.postMessage({ type: "token", token: session.token });
+  if (event.data?.type === "signout" && session.me) signOut("Signed out in another tab.", false);
+});
 
 // ---- sign-in
 
@@ -38,12 +64,14 @@ function showSignIn(message) {
   $("#token").focus();
 }
 
-function signOut(message) {
+function signOut(message, everywhere = true) {
   if (unmount) unmount();
   unmount = null;
   $("#main").replaceChildren();
   session.clear();
+  if (everywhere) tabs?.postMessage({ type: "signout" });
   showSignIn(message);
+  showAttention();
 }
 
 function showShell() {
@@ -78,8 +106,26 @@ $("#signin-form").addEventListener("submit", async (event) => {
 });
 
 $("#signout").addEventListener("click", () => signOut());
-onUnauthorized(() => signOut("Your token is no longer accepted; sign in again."));
-bus.addEventListener("unauthorized", () => signOut("Your token is no longer accepted; sign in again."));
+// (a request still in flight when this tab signed out answers 401 too: it changes nothing)
+onUnauthorized(() => { if (session.me) signOut("Your token is no longer accepted; sign in again.", false); });
+bus.addEventListener("unauthorized", () => {
+  if (session.me) signOut("Your token is no longer accepted; sign in again.", false);
+});
+
+// ---- attention: new alarm instances counted in the title and on the Alarms tab, from every view
+
+function showAttention() {
+  const open = session.me ? [...store.alarms.values()].filter((a) => a.state === "new").length : 0;
+  document.title = `${open ? `(${open}) ` : ""}${viewTitle} · Penumbra`;
+  const link = document.querySelector('.tabs a[data-view="alarms"]');
+  if (!link) return;
+  link.querySelector(".attention")?.remove();
+  if (open) {
+    link.insertAdjacentHTML("beforeend", ` <span class="attention" data-testid="new-alarms"
+      aria-label="${open} new ${open === 1 ? "alarm" : "alarms"}">${open > 999 ? "999+" : open}</span>`);
+  }
+}
+bus.addEventListener("alarms", showAttention);
 
 // ---- the connection indicator and notices from the feed
 
@@ -111,7 +157,8 @@ function route() {
   const params = new URLSearchParams(location.hash.split("?")[1] ?? "");
   unmount = VIEWS[view].mount(root, params) ?? null;
   applyRole(root);
-  document.title = `${VIEWS[view].title} · Penumbra`;
+  viewTitle = VIEWS[view].title;
+  showAttention();
 }
 
 window.addEventListener("hashchange", () => {
@@ -119,9 +166,14 @@ window.addEventListener("hashchange", () => {
   $("#main").focus({ preventScroll: true });
 });
 
-// ---- start: a token kept in this tab's session signs in by itself
+// ---- start: a token kept in this tab's session, or one another tab of this browser has,
+// signs in by itself
 
 (async () => {
+  if (!session.token) {
+    const shared = await askOtherTabs();
+    if (shared) session.token = shared;
+  }
   if (!session.token) {
     showSignIn();
     return;

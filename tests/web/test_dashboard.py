@@ -278,6 +278,44 @@ def test_resolving_with_a_verdict_fills_the_tuners_reliability_diagram(tab, api,
     assert [(round(x), round(y)) for x, y in sorted(zip(shown["x"], shown["y"]))] == [(65, 50), (95, 100)]
 
 
+def test_a_second_tab_shares_the_session_and_signing_out_signs_out_every_tab(tab, api):
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "alarms")
+    second = page.context.new_page()
+    second.goto(f"{tab.base_url}/#/queries")
+    second.wait_for_selector("#shell:not([hidden])")           # no sign-in asked
+    assert second.text_content('[data-testid="role"]') == "analyst"
+    page.click("#signout")
+    page.wait_for_selector("#signin:not([hidden])")
+    second.wait_for_selector("#signin:not([hidden])")
+    assert "another tab" in second.text_content("#signin-error")
+    assert second.evaluate("sessionStorage.getItem('penumbra.token')") is None
+    second.close()
+
+
+def test_new_alarms_are_counted_in_the_title_and_on_the_alarms_tab_from_every_view(tab, api, store, keys,
+                                                                                    join_query):
+    query_id, _, _ = join_query
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "health")
+    before, cursor = 0, None
+    while True:                                   # every new instance of the session, page by page
+        page_of = api.get("/alarms", params={"state": "new", "limit": 1000, **({"next": cursor} if cursor else {})},
+                          headers=api.as_("viewer")).json()
+        before += len(page_of["items"])
+        cursor = page_of["next"]
+        if cursor is None:
+            break
+    write_batch(store, keys, 1, {query_id: [{"events": {"A": f"t{n}", "B": f"u{n}"}, "prob": 0.8, "key": {"zone": n}}
+                                            for n in range(3)]})
+    wait_until(page, f"document.title.startsWith('({before + 3}) ')")
+    assert page.title().endswith("Buffers and health · Penumbra")
+    badge = page.locator('.tabs a[data-view="alarms"] [data-testid="new-alarms"]')
+    assert badge.inner_text() == (str(before + 3) if before + 3 <= 999 else "999+")
+    api.post(f"/alarms/{instance_id(query_id, {'zone': 1})}/acknowledge", headers=api.as_("analyst"))
+    wait_until(page, f"document.title.startsWith('({before + 2}) ')")
+
+
 def test_no_match_missed_or_shown_twice_across_a_reconnect(tab, api, store, keys, join_query):
     """The socket is closed under the page (as a network blip would); what is written
     meanwhile arrives after the reconnect, once."""

@@ -278,7 +278,8 @@ export default {
           since it opened${a.high_prob !== null && a.high_prob !== undefined ? `; highest ${percent(a.high_prob)}` : ""}${a.last_prob !== null && a.last_prob !== undefined ? `, latest ${percent(a.last_prob)}` : ""}
           ${a.last_at ? ` at <span title="${esc(fullTime(a.last_at))}">${clock(a.last_at)}</span>` : ""}</p>
         ${a.silence ? `<p class="muted small">covered by a silence until ${clock(a.silenced_until)}</p>` : ""}
-        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.verdict ? ` (${a.verdict === "false" ? "false alarm" : esc(a.verdict)})` : ""}${a.comment ? `: ${esc(a.comment)}` : ""}</p>` : ""}`;
+        ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.verdict ? ` (${a.verdict === "false" ? "false alarm" : esc(a.verdict)})` : ""}${a.comment ? `: ${esc(a.comment)}` : ""}</p>`
+          : a.episode > 1 && a.state === "new" ? `<p class="muted small">reopened by the job at ${clock(a.opened_at)}</p>` : ""}`;
       element.querySelectorAll(".actions button, .actions select").forEach((control) => { control.disabled = false; });
       element.querySelector('[data-act="acknowledge"]').disabled = a.state !== "new";
       element.querySelector('[data-act="resolve"]').disabled = a.state === "resolved";
