@@ -3,9 +3,10 @@
 
 const COUNT = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const DECIMAL = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
-const CLOCK = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+// one clock for the whole page: 24-hour, in the browser's zone
+const CLOCK = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
 const DATED = new Intl.DateTimeFormat(undefined, {
-  month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
 });
 
 /** A count with its thousands grouped: 12 345. */
@@ -68,10 +69,13 @@ export function duration(s) {
   return `${h} h${m % 60 ? ` ${m % 60} min` : ""}`;
 }
 
-/** A data time: a clock time when it looks like seconds since the epoch, else the number. */
+/** A data time: a clock time when it looks like seconds or milliseconds since the epoch
+ *  (events' times are milliseconds in the simulators and most sensors), else the number. */
 export function dataTime(t) {
   if (t === null || t === undefined) return "—";
-  return t > 1e9 && t < 1e10 ? clock(t) : number(t);
+  if (t > 1e9 && t < 1e10) return clock(t);
+  if (t > 1e12 && t < 1e13) return clock(t / 1000);
+  return number(t);
 }
 
 /** Text for HTML. */

@@ -10,6 +10,7 @@ or a request to any origin but the app's, and leaves a screenshot in var/test-ar
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -314,6 +315,23 @@ def test_new_alarms_are_counted_in_the_title_and_on_the_alarms_tab_from_every_vi
     assert badge.inner_text() == (str(before + 3) if before + 3 <= 999 else "999+")
     api.post(f"/alarms/{instance_id(query_id, {'zone': 1})}/acknowledge", headers=api.as_("analyst"))
     wait_until(page, f"document.title.startsWith('({before + 2}) ')")
+
+
+def test_a_pattern_matchs_time_range_reads_as_clock_times_not_epoch_numbers(tab, api, store, keys, join_query):
+    query_id, _, _ = join_query
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], f"alarms?query={query_id}")
+    start = 1_795_554_015_637.0                   # milliseconds since the epoch, as sensors send them
+    (cursor,) = write_batch(store, keys, 1, {query_id: [{"events": {"a": "t1", "b": "c1", "c": "t2"}, "prob": 0.7,
+                                                         "range": [start, start + 83_000]}]})[query_id]
+    row = page.locator(f'#feed li[data-id="{cursor}"]')
+    row.wait_for()
+    text = row.inner_text()
+    clock_of = time.strftime("%H:%M:%S", time.gmtime(start / 1000))        # the tab's zone is UTC
+    later = time.strftime("%H:%M:%S", time.gmtime(start / 1000 + 83))
+    assert clock_of in text and later in text, text
+    assert not re.search(r"\d[\d,.\u202f]{9,}", text), text           # no epoch-like number
+    assert not re.search(r"\b(AM|PM)\b", text)
 
 
 def test_no_match_missed_or_shown_twice_across_a_reconnect(tab, api, store, keys, join_query):

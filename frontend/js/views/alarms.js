@@ -5,7 +5,7 @@
 // more" adds more, so thousands stay cheap.
 
 import { del, get, post, session } from "../api.js";
-import { clock, count, duration, esc, fullTime, likelihood, percent } from "../format.js";
+import { clock, count, dataTime, duration, esc, fullTime, likelihood, percent } from "../format.js";
 import { bus, keyText, refreshAlarms, setAlarm, store } from "../store.js";
 import { applyRole, notify } from "../ui.js";
 
@@ -33,7 +33,7 @@ export function probCell(p) {
 
 function eventsText(match) {
   const parts = Object.entries(match.events ?? {}).map(([v, id]) => `${esc(v)} ${esc(id)}`);
-  if (match.range) parts.push(`range ${match.range.map((x) => Number(x).toLocaleString()).join("–")}`);
+  if (match.range) parts.push(`from ${match.range.map((x) => dataTime(Number(x))).join(" to ")}`);
   return parts.join(" · ");
 }
 
