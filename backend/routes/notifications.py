@@ -54,10 +54,7 @@ def create_contact(who: AdminDep, body: ContactIn, service: ServiceDep) -> dict:
 @router.delete("/contact-points/{contact_id}", status_code=204, response_class=Response,
                responses=errors(401, 403, 404), summary="Remove a contact point")
 def delete_contact(who: AdminDep, contact_id: str, service: ServiceDep) -> Response:
-    if not service.redis.hdel(service.keys.contacts, contact_id):
-        raise ApiError(404, f"no contact point {contact_id!r}", field="contact_id")
-    service.audit(who.label, "contact.remove", contact_id)
-    return Response(status_code=204)
+    return _remove(service, who.label, service.keys.contacts, contact_id, "contact point", "contact")
 
 
 @router.post("/contact-points/{contact_id}/test", status_code=202, responses=errors(401, 403, 404),
@@ -101,9 +98,14 @@ def create_rule(who: AdminDep, body: RuleIn, service: ServiceDep) -> dict:
 @router.delete("/routing-rules/{rule_id}", status_code=204, response_class=Response,
                responses=errors(401, 403, 404), summary="Remove a routing rule")
 def delete_rule(who: AdminDep, rule_id: str, service: ServiceDep) -> Response:
-    if not service.redis.hdel(service.keys.routes, rule_id):
-        raise ApiError(404, f"no routing rule {rule_id!r}", field="rule_id")
-    service.audit(who.label, "rule.remove", rule_id)
+    return _remove(service, who.label, service.keys.routes, rule_id, "routing rule", "rule")
+
+
+def _remove(service, who: str, key: str, item_id: str, what: str, name: str) -> Response:
+    """Delete one contact point or rule (404 naming it when there is none), audited."""
+    if not service.redis.hdel(key, item_id):
+        raise ApiError(404, f"no {what} {item_id!r}", field=f"{name}_id")
+    service.audit(who, f"{name}.remove", item_id)
     return Response(status_code=204)
 
 

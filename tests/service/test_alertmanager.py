@@ -5,7 +5,6 @@ open, resolve and reopen, with the query, key and priority as labels."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ from contract.alarms import instance_id
 from penumbra.cli.processes import Child, free_port
 
 from .conftest import ADMIN_TOKEN, SETTINGS, unique, write_batch
+from .test_notifications import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = next((str(p) for p in (ROOT / "var" / "tools" / "alertmanager", shutil.which("prometheus-alertmanager"))
@@ -59,16 +59,6 @@ def _answers(url: str) -> bool:
 def active(base: str) -> dict[str, dict]:
     """The alerts the Alertmanager holds (it lists none that ended), by their ``key_region`` label."""
     return {a["labels"].get("key_region"): a for a in httpx.get(f"{base}/api/v2/alerts", timeout=5).json()}
-
-
-def wait_for(what: str, check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.2)
 
 
 def test_alertmanager_holds_the_active_instances_as_they_open_resolve_and_reopen(redis_server, alertmanager):
