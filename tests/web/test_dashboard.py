@@ -452,6 +452,25 @@ def test_a_quarantined_query_shows_its_error_on_queries_and_health_and_is_retrie
     assert api.get("/health").json()["failed_queries"] == 0
 
 
+def test_health_never_says_keeping_up_without_a_recent_micro_batch_and_shows_an_outage_as_a_gap(tab, api):
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], "health")
+    said = page.evaluate("""async () => {
+        const { verdict, withGaps } = await import('/static/js/views/health.js');
+        const alive = (age, lag) => ({ status: "ok", redis: true, job: { alive: true, last_batch_age: age },
+                                       lag_seconds: 0, lag_entries: lag });
+        const series = withGaps([{ at: 0 }, { at: 1 }, { at: 2 }, { at: 200 }, { at: 201 }], 30);
+        return { none: verdict(alive(null, 0)), waiting: verdict(alive(null, 40)), stalled: verdict(alive(120, 5)),
+                 idle: verdict(alive(300, 0)), fresh: verdict(alive(0.4, 0)), gaps: series.map((m) => !!m.gap) };
+    }""")
+    assert said["fresh"] == ["Keeping up", "good"]
+    assert said["none"][1] == "meh" and "no micro-batch yet" in said["none"][0]
+    assert said["waiting"] == ["No micro-batch yet; 40 events wait", "meh"]
+    assert said["stalled"][1] == "bad" and said["stalled"][0].startswith("No micro-batch for 2 min")
+    assert said["idle"][1] == "good" and "idle" in said["idle"][0]
+    assert said["gaps"] == [False, False, False, True, False, False]      # a break between 2 and 200
+
+
 def test_health_shows_each_restart_with_its_cause(tab, api, store, keys):
     from contract.entries import restart_entry
 

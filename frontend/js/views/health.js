@@ -18,6 +18,13 @@ export function verdict(health, latest) {
   if (!health.job || !health.job.alive) return ["The Spark job is not running: events wait in the ingest stream", "bad"];
   const lag = health.lag_seconds ?? latest?.lag_seconds ?? 0;
   const batch = (latest?.duration_ms ?? 0) / 1000;
+  const age = health.job.last_batch_age;
+  const waiting = health.lag_entries ?? latest?.lag_entries ?? 0;
+  // "keeping up" only on a recent micro-batch: a job with events waiting and no batch is stalled
+  if (age === null || age === undefined) {
+    return waiting ? [`No micro-batch yet; ${count(waiting)} events wait`, "meh"] : ["Running; no micro-batch yet (no events so far)", "meh"];
+  }
+  if (waiting && age > Math.max(30, 3 * batch)) return [`No micro-batch for ${duration(age)} while ${count(waiting)} events wait`, "bad"];
   if (lag > Math.max(10, 3 * batch)) return [`Falling behind: ${duration(lag)} of events wait`, "meh"];
   if (health.memory_warning) {
     return [`Redis holds ${Math.round(100 * health.redis_memory)} % of its memory: make room before it refuses writes`, "meh"];
@@ -25,7 +32,19 @@ export function verdict(health, latest) {
   if (health.failed_queries) {
     return [`${health.failed_queries} failed ${health.failed_queries === 1 ? "query is" : "queries are"} skipped; the others keep up`, "meh"];
   }
+  if (age > 60) return [`Keeping up: idle, no events for ${duration(age)}`, "good"];
   return ["Keeping up", "good"];
+}
+
+/** A series with a break (null) wherever two points are further apart than ``gap``
+ *  seconds: an outage shows as a gap, not as a straight line across it. */
+export function withGaps(series, gap) {
+  const out = [];
+  for (const [i, m] of series.entries()) {
+    if (i && m.at - series[i - 1].at > gap) out.push({ at: (m.at + series[i - 1].at) / 2, gap: true });
+    out.push(m);
+  }
+  return out;
 }
 
 const time = (s) => new Date(s * 1000);
@@ -114,20 +133,23 @@ export default {
     function renderJob() {
       const seen = new Map();
       for (const m of [...history].reverse().concat(store.metrics)) if (m && m.at) seen.set(m.batch ?? m.at, m);
-      const series = [...seen.values()].sort((a, b) => a.at - b.at);
+      const ordered = [...seen.values()].sort((a, b) => a.at - b.at);
+      const steps = ordered.slice(1).map((m, i) => m.at - ordered[i].at).sort((a, b) => a - b);
+      const typical = steps.length ? steps[Math.floor(steps.length / 2)] : 1;
+      const series = withGaps(ordered, Math.max(30, 10 * typical));
       const x = series.map((m) => time(m.at));
       const colours = palette();
       const common = { margin: { l: 52, r: 12, t: 8, b: 36 }, xaxis: { type: "date" } };
       const empty = !series.length;
       const note = empty ? { annotations: [{ text: "no progress report yet", xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }] } : {};
-      draw(charts[0], [{ x, y: series.map((m) => m.duration_ms), name: "duration", type: "scatter", mode: "lines",
+      draw(charts[0], [{ x, y: series.map((m) => m.gap ? null : m.duration_ms), name: "duration", type: "scatter", mode: "lines",
         line: { color: colours.accent }, hovertemplate: "%{y:,.0f} ms<extra></extra>" }],
       { ...common, ...note, showlegend: false, yaxis: { title: { text: "ms" }, rangemode: "tozero" } });
       draw(charts[1], [
-        { x, y: series.map((m) => m.input_rate), name: "input", type: "scatter", mode: "lines", line: { color: colours.accent } },
-        { x, y: series.map((m) => m.processed_rate), name: "processed", type: "scatter", mode: "lines", line: { color: colours.ok, dash: "dot" } },
+        { x, y: series.map((m) => m.gap ? null : m.input_rate), name: "input", type: "scatter", mode: "lines", line: { color: colours.accent } },
+        { x, y: series.map((m) => m.gap ? null : m.processed_rate), name: "processed", type: "scatter", mode: "lines", line: { color: colours.ok, dash: "dot" } },
       ], { ...common, ...note, yaxis: { title: { text: "events/s" }, rangemode: "tozero" } });
-      draw(charts[2], [{ x, y: series.map((m) => m.lag_seconds ?? null), name: "lag", type: "scatter", mode: "lines",
+      draw(charts[2], [{ x, y: series.map((m) => m.gap ? null : m.lag_seconds ?? null), name: "lag", type: "scatter", mode: "lines",
         line: { color: colours.warn }, hovertemplate: "%{y:,.1f} s<extra></extra>" }],
       { ...common, showlegend: false, yaxis: { title: { text: "seconds" }, rangemode: "tozero" } });
     }
