@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import Up  # noqa: E402
+from bench.feed_client import ResumingClient  # noqa: E402
 from bench.report import Report  # noqa: E402
 from penumbra.cli.processes import free_port  # noqa: E402
 
@@ -81,37 +82,22 @@ class Receiver:
         self.server.server_close()
 
 
-class Watcher(threading.Thread):
+class Watcher(ResumingClient):
     """A websocket client of the query's alarm feed: each message's arrival and latest match."""
 
     def __init__(self, url: str, token: str):
-        super().__init__(daemon=True)
-        self.url, self.token = url.replace("http://", "ws://") + "/ws", token
+        super().__init__(url, token)
         self.updates: list[tuple[float, str, str]] = []     # (arrival, instance, its latest match)
-        self.stop = threading.Event()
+        self.cursor: str | None = None
 
-    def run(self):
-        from websockets.sync.client import connect
+    def subscription(self) -> dict:
+        return {"queries": [QUERY_ID], "kinds": ["alarms"],
+                **({"since": {f"alarms:{QUERY_ID}": self.cursor}} if self.cursor else {})}
 
-        cursor = None
-        while not self.stop.is_set():
-            try:
-                with connect(self.url, open_timeout=30, max_size=None) as socket:
-                    socket.send(json.dumps({"token": self.token}))
-                    request = {"type": "subscribe", "queries": [QUERY_ID], "kinds": ["alarms"]}
-                    if cursor:
-                        request["since"] = {f"alarms:{QUERY_ID}": cursor}
-                    socket.send(json.dumps(request))
-                    while not self.stop.is_set():
-                        try:
-                            message = json.loads(socket.recv(timeout=1.0))
-                        except TimeoutError:
-                            continue
-                        if message.get("type") == "alarms":
-                            self.updates.append((time.time(), message["data"]["id"], message["data"]["last"]))
-                            cursor = message["id"] or cursor
-            except Exception:  # noqa: BLE001 - too slow, or closed: resume
-                time.sleep(0.5)
+    def handle(self, message: dict) -> None:
+        if message.get("type") == "alarms":
+            self.updates.append((time.time(), message["data"]["id"], message["data"]["last"]))
+            self.cursor = message["id"] or self.cursor
 
 
 def post_pairs(url: str, token: str, keys: int, rate: int, seconds: float, start_key: int, clock: list[float]) -> int:

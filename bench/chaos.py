@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import Up  # noqa: E402
+from bench.feed_client import ResumingClient  # noqa: E402
 from bench.soak import home_processes  # noqa: E402
 from contract import Keys  # noqa: E402
 
@@ -144,48 +145,31 @@ class Poster(threading.Thread):
                 time.sleep(max(0.0, due - time.monotonic()))
 
 
-class Listener(threading.Thread):
+class Listener(ResumingClient):
     """A websocket client of the join's matches and alarm; after any disconnect it
     reconnects and resumes from its cursors."""
 
     def __init__(self, url: str, token: str):
-        super().__init__(daemon=True)
-        self.url, self.token = url.replace("http://", "ws://") + "/ws", token
+        super().__init__(url, token)
         self.ids: list[str] = []
         self.alarms: dict[str, dict] = {}      # alarm instance -> its latest message
         self.alarm_cursor: str | None = None
-        self.reconnects = self.gaps = 0
-        self.stop = threading.Event()
+        self.gaps = 0
 
-    def run(self) -> None:
-        from websockets.sync.client import connect
+    def subscription(self) -> dict:
+        since = {f"matches:{QUERY_ID}": self.ids[-1] if self.ids else "0-0"}
+        if self.alarm_cursor:
+            since[f"alarms:{QUERY_ID}"] = self.alarm_cursor
+        return {"queries": [QUERY_ID], "kinds": ["matches", "alarms"], "since": since}
 
-        while not self.stop.is_set():
-            try:
-                with connect(self.url, open_timeout=30, max_size=None) as socket:
-                    socket.send(json.dumps({"token": self.token}))
-                    since = {f"matches:{QUERY_ID}": self.ids[-1] if self.ids else "0-0"}
-                    if self.alarm_cursor:
-                        since[f"alarms:{QUERY_ID}"] = self.alarm_cursor
-                    socket.send(json.dumps({"type": "subscribe", "queries": [QUERY_ID], "kinds": ["matches", "alarms"],
-                                            "since": since}))
-                    while not self.stop.is_set():
-                        try:
-                            message = json.loads(socket.recv(timeout=1.0))
-                        except TimeoutError:
-                            continue
-                        if message.get("type") == "matches":
-                            self.ids.append(message["id"])
-                        elif message.get("type") == "alarms":
-                            self.alarms[message["data"]["id"]] = message["data"]
-                            self.alarm_cursor = max(self.alarm_cursor or "0-0", message["id"] or "0-0", key=_cursor)
-                        elif message.get("type") == "gap":
-                            self.gaps += 1
-            except Exception:  # noqa: BLE001 - closed (API killed, too slow, Redis away): resume
-                if self.stop.is_set():
-                    break
-                self.reconnects += 1
-                time.sleep(0.5)
+    def handle(self, message: dict) -> None:
+        if message.get("type") == "matches":
+            self.ids.append(message["id"])
+        elif message.get("type") == "alarms":
+            self.alarms[message["data"]["id"]] = message["data"]
+            self.alarm_cursor = max(self.alarm_cursor or "0-0", message["id"] or "0-0", key=_cursor)
+        elif message.get("type") == "gap":
+            self.gaps += 1
 
 
 def _cursor(entry_id: str) -> tuple[int, int]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import sys
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import Up  # noqa: E402
+from bench.feed_client import ResumingClient  # noqa: E402
 from bench.report import Report  # noqa: E402
 
 QUERY_ID = "soak"
@@ -139,42 +139,26 @@ class Poster(threading.Thread):
                 time.sleep(max(0.0, due - time.monotonic()))
 
 
-class Client(threading.Thread):
+class Client(ResumingClient):
     """A websocket client of the join's live feed; ``timed`` records each match's latency."""
 
     def __init__(self, url: str, token: str, timed: bool):
-        super().__init__(daemon=True)
-        self.url, self.token, self.timed = url, token, timed
-        self.received, self.latencies, self.reconnects = 0, [], 0
-        self.stop = threading.Event()
+        super().__init__(url, token, pause=1.0)
+        self.timed = timed
+        self.received, self.latencies = 0, []
+        self.cursor: str | None = None
 
-    def run(self) -> None:
-        from websockets.sync.client import connect
+    def subscription(self) -> dict:
+        return {"queries": [QUERY_ID], "kinds": ["matches", "alarms"], **({"since": self.cursor} if self.cursor else {})}
 
-        cursor = None
-        while not self.stop.is_set():
-            try:
-                with connect(self.url.replace("http://", "ws://") + "/ws", open_timeout=30, max_size=None) as socket:
-                    socket.send(json.dumps({"token": self.token}))
-                    request = {"type": "subscribe", "queries": [QUERY_ID], "kinds": ["matches", "alarms"]}
-                    if cursor:
-                        request["since"] = cursor
-                    socket.send(json.dumps(request))
-                    while not self.stop.is_set():
-                        try:
-                            message = json.loads(socket.recv(timeout=1.0))
-                        except TimeoutError:
-                            continue
-                        if message.get("type") != "matches":
-                            continue
-                        self.received += 1
-                        cursor = message["id"]
-                        if self.timed:
-                            later = max(float(e.split("-", 1)[1]) for e in message["data"]["events"].values())
-                            self.latencies.append((time.time(), time.time() - later / 1000.0))
-            except Exception:  # closed (too slow, API restarted): resume from the cursor
-                self.reconnects += 1
-                time.sleep(1.0)
+    def handle(self, message: dict) -> None:
+        if message.get("type") != "matches":
+            return
+        self.received += 1
+        self.cursor = message["id"]
+        if self.timed:
+            later = max(float(e.split("-", 1)[1]) for e in message["data"]["events"].values())
+            self.latencies.append((time.time(), time.time() - later / 1000.0))
 
 
 class Analyst(threading.Thread):

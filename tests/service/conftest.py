@@ -54,6 +54,13 @@ def api_server(redis_server, tokens, tmp_path_factory):
         yield api
 
 
+def own_app_settings(redis_server, prefix: str, **overrides) -> tuple[Keys, Settings]:
+    """The settings of an app of a test's own, on the session's Redis under a fresh prefix:
+    the session app's, with ``overrides``."""
+    keys = Keys(unique(prefix))
+    return keys, Settings(redis_url=redis_server.url, redis_prefix=keys.prefix, **{**SETTINGS, **overrides})
+
+
 @pytest.fixture(scope="session")
 def settings(redis_server) -> Settings:
     return Settings(redis_url=redis_server.url, **SETTINGS)

@@ -12,12 +12,11 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from backend import Settings, create_app
-from contract import Keys
+from backend import create_app
 from contract.alarms import instance_id
 from penumbra.cli.processes import Child, free_port
 
-from .conftest import ADMIN_TOKEN, SETTINGS, unique, write_batch
+from .conftest import ADMIN_TOKEN, own_app_settings, write_batch
 from .test_notifications import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,10 +61,7 @@ def active(base: str) -> dict[str, dict]:
 
 
 def test_alertmanager_holds_the_active_instances_as_they_open_resolve_and_reopen(redis_server, alertmanager):
-    keys = Keys(unique("am"))
-    settings = Settings(redis_url=redis_server.url, redis_prefix=keys.prefix, alertmanager_resend=0.5,
-                        notify_poll=0.1, **{k: v for k, v in SETTINGS.items() if k != "admin_token"},
-                        admin_token=ADMIN_TOKEN)
+    keys, settings = own_app_settings(redis_server, "am", alertmanager_resend=0.5, notify_poll=0.1)
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with TestClient(create_app(settings)) as client:
         store = redis.Redis.from_url(redis_server.url)

@@ -18,12 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from fastapi.testclient import TestClient
 
-from backend import Settings, create_app
-from contract import Keys
+from backend import create_app
 from contract.alarms import instance_id
 from penumbra.cli.processes import free_port
 
-from .conftest import ADMIN_TOKEN, SETTINGS, unique, write_batch
+from .conftest import ADMIN_TOKEN, own_app_settings, unique, write_batch
 
 
 class Receiver:
@@ -180,10 +179,7 @@ def test_a_silenced_instance_notifies_nobody_until_its_silence_ends(client, as_r
 
 
 def test_a_delivery_that_keeps_failing_is_kept_with_its_reason(redis_server):
-    keys = Keys(unique("notify"))
-    settings = Settings(redis_url=redis_server.url, redis_prefix=keys.prefix, notify_give_up_minutes=0.02,
-                        notify_poll=0.05, **{k: v for k, v in SETTINGS.items() if k != "admin_token"},
-                        admin_token=ADMIN_TOKEN)
+    keys, settings = own_app_settings(redis_server, "notify", notify_give_up_minutes=0.02, notify_poll=0.05)
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with TestClient(create_app(settings)) as client:
         dead_end = f"http://127.0.0.1:{free_port()}/nobody"
