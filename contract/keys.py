@@ -79,6 +79,11 @@ class Keys:
         return f"{self.prefix}:batches"
 
     @property
+    def archive_attempts(self) -> str:
+        """Per job, its latest batch and that batch's time (the archive's rows name it)."""
+        return f"{self.prefix}:archive:attempts"
+
+    @property
     def live(self) -> str:
         return f"{self.prefix}:live"
 

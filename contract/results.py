@@ -25,19 +25,32 @@ from .keys import Keys
 __all__ = ["MATCHES_PER_CALL", "queue_matches"]
 
 #: KEYS: result stream, instance records, instance states (the service's), alarm events,
-#: the registry's queries. ARGV: maxlen, batch, now, query id, instance count n, then n
-#: times (instance id, key JSON, count, highest probability, latest probability), then per
+#: the registry's queries. ARGV: maxlen, batch, now, query id, instance count n, the
+#: batch's time in ms and the call's first match's place in the batch, then n times (instance id, key JSON, count, highest probability, latest probability), then per
 #: match (match JSON, key group, instance index from 0). Probabilities stay the strings
 #: Python wrote (cjson would round them to 14 digits). Returns the entries appended.
 _APPEND_MATCHES = """
 local stream, records, states, events, queries = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local maxlen, batch, now, query, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local first, last = {}, {}
-local base = 6 + 5 * n
+local base = 8 + 5 * n
+local at, seq = tonumber(ARGV[6]), tonumber(ARGV[7])
+-- ids <at>-<seq>, unless the stream already went past them (written by an older version): Redis's own
+local own = true
+if redis.call('EXISTS', stream) == 1 then
+  local info = redis.call('XINFO', 'STREAM', stream)
+  for f = 1, #info, 2 do
+    if info[f] == 'last-generated-id' then
+      local ms, n = string.match(info[f + 1], '(%%d+)-(%%d+)')
+      own = tonumber(ms) < at or (tonumber(ms) == at and tonumber(n) < seq)
+    end
+  end
+end
 for i = base, #ARGV, 3 do
   local k = tonumber(ARGV[i + 2])
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1],
-                        'i', ARGV[6 + 5 * k], 'k', ARGV[7 + 5 * k])
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, own and (ARGV[6] .. '-' .. seq) or '*',
+                        'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1], 'i', ARGV[8 + 5 * k], 'k', ARGV[9 + 5 * k])
+  seq = seq + 1
   if first[k] == nil then first[k] = id end
   last[k] = id
 end
@@ -48,7 +61,7 @@ if entry then
   if type(minutes) == 'number' then quiet = minutes * 60 end
 end
 for k = 0, n - 1 do
-  local o = 6 + 5 * k
+  local o = 8 + 5 * k
   local iid, count, high, latest = ARGV[o], tonumber(ARGV[o + 2]), ARGV[o + 3], ARGV[o + 4]
   local raw = redis.call('HGET', records, iid)
   local r, opens
@@ -85,10 +98,12 @@ MATCHES_PER_CALL = 10_000
 
 
 def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: int,
-                  matches: Sequence[tuple[bytes, int, dict | None, float]], maxlen: int, now: float) -> None:
+                  matches: Sequence[tuple[bytes, int, dict | None, float]], maxlen: int, at: int) -> None:
     """Queue a query's matches of one batch on ``pipe`` (the batch's MULTI/EXEC), in order:
     each ``(match JSON, key group, key, probability)``; the stream capped at about
-    ``maxlen`` entries, the instances they touch stamped with ``now``."""
+    ``maxlen`` entries. ``at`` is the batch's time in milliseconds: the n-th match's entry
+    id is ``<at>-<n>`` (the id the archive gives it too), and the instances it touches are
+    stamped with it. ``at`` must be later than the stream's last entry's."""
     for start in range(0, len(matches), MATCHES_PER_CALL):
         chunk = matches[start:start + MATCHES_PER_CALL]
         index: dict[str, int] = {}
@@ -107,7 +122,7 @@ def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: in
                 instance[3] = prob
             instance[4] = prob
             rows += (data, group, k)
-        args: list = [maxlen, batch, repr(float(now)), query, len(touched)]
+        args: list = [maxlen, batch, repr(at / 1000.0), query, len(touched), at, start]
         for iid, spelled, count, high, latest in touched:
             args += (iid, spelled, count, repr(float(high)), repr(float(latest)))
         # EVAL, not EVALSHA: a script Redis does not know would fail inside EXEC alone

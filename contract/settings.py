@@ -49,6 +49,18 @@ class SharedSettings(BaseSettings):
         "how long the ingest remembers an event's (stream, id), hours of ingest time at least (twice at most): "
         "the same event sent again within it is taken once"))
 
+    archive: Path | None = Field(None, description=(
+        "the archive's folder: every match kept as Parquet (default: <home>/var/archive); on a cluster, a path "
+        "the job's driver and the service both reach (a shared mount)"))
+    archive_retention_days: float = Field(0, ge=0, description="days the archive keeps (0: keep everything)")
+    archive_floor: float = Field(0.0, ge=0, le=1, description=(
+        "near misses below this probability are not archived (a backtest reaches down to it, or to the "
+        "query's floor when that is higher)"))
+
+    @property
+    def archive_dir(self) -> Path:
+        return (self.archive or self.home / "var" / "archive").absolute()
+
     @property
     def identity_horizon(self) -> float:
         """The identity horizon in seconds."""

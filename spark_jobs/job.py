@@ -28,6 +28,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from contract.archive import ArchiveWriter, maintain
 from contract.entries import live_metrics, metrics_entry
 from contract.keys import Keys
 from contract.logs import configure
@@ -130,7 +131,8 @@ class Job:
         results = routed.groupBy(*keys_of_state).transformWithStateInPandas(
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen,
-                    settings.dead_max_bytes)
+                    settings.dead_max_bytes, ArchiveWriter(settings.archive_dir, self.identity["job"],
+                                                           settings.archive_floor))
         self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
@@ -139,6 +141,7 @@ class Job:
             writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
         self.query = writer.start()
         threading.Thread(target=self._heartbeat, name="penumbra-heartbeat", daemon=True).start()
+        threading.Thread(target=self._maintain_archive, name="penumbra-archive", daemon=True).start()
         log.info("job %s started: redis %s, master %s, %d key groups, checkpoint %s", self.identity["job"],
                  url, settings.spark_master, groups, settings.checkpoint_dir)
         return self.query
@@ -156,6 +159,20 @@ class Job:
             except redis.RedisError as error:
                 log.warning("heartbeat: %s", error)
             self._stopped.wait(HEARTBEAT_SECONDS)
+
+    def _maintain_archive(self) -> None:
+        """Compacts and expires the archive in the background (committed batches only)."""
+        settings = self.settings
+        while not self._stopped.wait(settings.archive_compact_seconds):
+            try:
+                committed = {job.decode(): int(batch) for job, batch in self.client.hgetall(self.keys.batches).items()}
+                done = maintain(settings.archive_dir, committed, retention_days=settings.archive_retention_days,
+                                min_files=settings.archive_compact_files)
+                if any(done.values()):
+                    log.info("archive: %(compacted)d days compacted, %(deleted)d files deleted, "
+                             "%(expired)d days expired", done)
+            except Exception as error:  # noqa: BLE001 - the next pass tries again; the job goes on
+                log.warning("archive maintenance: %s", error)
 
     def stop(self) -> None:
         """Stop between micro-batches; the checkpoint stays for the next start."""

@@ -47,6 +47,9 @@ class JobSettings(SharedSettings):
         "memory all the RocksDB state stores of the process may use together (block cache and write buffers, "
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB with boundedMemoryUsage); what does not fit "
         "stays on local disk. 0: no bound (each store sizes its own cache and buffers)"))
+    archive_compact_seconds: float = Field(60.0, gt=0, description="how often the archive is compacted and expired")
+    archive_compact_files: int = Field(50, ge=2, description=(
+        "batch files of today that make a compaction (past days are compacted into one file each)"))
     java_options: str = Field(QUICK_JIT, description=(
         "options of the job's JVMs: the driver's, and each executor's on a cluster (spark.driver.extraJavaOptions, "
         "spark.executor.extraJavaOptions); empty: Spark's own. The default runs the JIT's C1 alone"))

@@ -11,7 +11,8 @@ group and alarm instance) and the records of the alarm instances they touch
 slept through the batch count with their last state, kept in ``pn:groups:<qid>``), and
 its late events with their reasons in the dead-letter stream ``pn:dead``, beside the
 entries the router rejected; running totals in ``pn:counts``. A PUBLISH on ``pn:live``
-names what changed. A query that failed in the batch (its error in an ``f`` row) is
+names what changed. Before the transaction, the batch's matches and near misses go to the
+archive (:mod:`contract.archive`), under the batch's time that names its entries too. A query that failed in the batch (its error in an ``f`` row) is
 quarantined in the registry first (:meth:`~contract.registry.Registry.fail`).
 """
 
@@ -25,6 +26,7 @@ from collections import defaultdict
 import orjson
 import redis
 
+from contract.archive import ArchiveWriter
 from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
@@ -42,8 +44,9 @@ class Sink:
     ids the marker counts (a new checkpoint starts again from batch 0)."""
 
     def __init__(self, url: str, keys: Keys, job: str, result_maxlen: int, dead_maxlen: int, obs_maxlen: int,
-                 dead_max_bytes: int = DEAD_MAX_MB * 1024 * 1024):
+                 dead_max_bytes: int = DEAD_MAX_MB * 1024 * 1024, archive: ArchiveWriter | None = None):
         self.url, self.keys, self.job = url, keys, job
+        self.archive = archive
         self.result_maxlen, self.dead_maxlen, self.obs_maxlen = result_maxlen, dead_maxlen, obs_maxlen
         self.dead_max_bytes = dead_max_bytes
         self._client: redis.Redis | None = None
@@ -77,6 +80,8 @@ class Sink:
         keys, client = self.keys, self.client
         executed = time.perf_counter()
         now = time.time()
+        # the batch's time: its entries' ids and its archived rows name it, the same when Spark runs it again
+        at = self.archive.batch_time(client, keys, batch_id, int(now * 1000)) if self.archive else int(now * 1000)
         matches: dict[str, list] = defaultdict(list)
         observations: dict[str, dict[int, dict]] = defaultdict(dict)
         states: dict[str, dict[int, dict | None]] = defaultdict(dict)
@@ -105,11 +110,16 @@ class Sink:
                 failure = json.loads(data)
                 failed.setdefault(failure["query"], failure)
         self._quarantine(failed, batch_id)
+        if self.archive is not None:
+            # before the batch's transaction: a crash in between writes the same files again
+            archived = time.perf_counter()
+            self.archive.write(batch_id, at, matches, {q: _near_histogram(o.values()) for q, o in observations.items()})
+            self.timings.setdefault(batch_id, {})["sink_archive"] = round((time.perf_counter() - archived) * 1000, 1)
         kept = {query: {int(g): json.loads(v) for g, v in client.hgetall(keys.groups(query)).items()}
                 for query in observations}
         pipe = client.pipeline(transaction=True)
         for query, found in matches.items():
-            queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen, now)
+            queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen, at)
         for query, by_group in observations.items():
             groups = kept[query]
             for group, observed in by_group.items():
@@ -139,7 +149,8 @@ class Sink:
         pipe.execute()
         if dead:
             trim_dead(client, keys, self.dead_max_bytes)
-        self.timings.setdefault(batch_id, {})["sink_redis"] = round((time.perf_counter() - executed) * 1000, 1)
+        timings = self.timings.setdefault(batch_id, {})
+        timings["sink_redis"] = round((time.perf_counter() - executed) * 1000 - timings.get("sink_archive", 0.0), 1)
         for old in [b for b in self.timings if b < batch_id - 16]:
             del self.timings[old]
         log.info("batch %d: %d matches, %d dead letters written", batch_id,
@@ -154,3 +165,12 @@ class Sink:
         for query, failure in failed.items():
             if registry.fail(query, failure["error"], seen_version=failure["version"], batch=batch_id) is not None:
                 log.warning("batch %d: query %s quarantined: %s", batch_id, query, failure["error"])
+
+
+def _near_histogram(observed) -> dict[str, int]:
+    """A query's near misses of the batch by hundredth of probability, over its key groups."""
+    out: dict[str, int] = {}
+    for record in observed:
+        for edge, n in (record.get("near_miss_histogram") or {}).items():
+            out[edge] = out.get(edge, 0) + int(n)
+    return out

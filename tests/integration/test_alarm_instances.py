@@ -35,7 +35,7 @@ def write(client, keys, query: str, batch: int, found: list[tuple[dict | None, f
     matches = [(encode({"events": {"A": f"a{batch}-{n}", "B": "b"}, "prob": prob}), 0, key, prob)
                for n, (key, prob) in enumerate(found)]
     pipe = client.pipeline(transaction=True)
-    queue_matches(pipe, keys, query, batch, matches, maxlen=10_000, now=now)
+    queue_matches(pipe, keys, query, batch, matches, maxlen=10_000, at=round(now * 1000))
     pipe.execute()
 
 

@@ -69,13 +69,21 @@ def test_matches_written_by_script_read_back_with_batch_group_instance_and_time(
     matches = [(entries.encode({"events": {"A": f"a{n}", "B": "b"}, "prob": n / 10, "range": [n, n + 1]}), n % 3,
                 {"k": n % 2} if n else None, n / 10) for n in range(5)]
     pipe = client.pipeline(transaction=True)
-    queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000, now=1_000.5)
+    queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000, at=1_000_500)
     pipe.execute()
     found = client.xrange(keys.matches("q1"))
     assert [fields for _, fields in found] == [
         {k.encode(): v if isinstance(v, bytes) else str(v).encode()
          for k, v in entries.match_entry(m, 42, g, instance_id("q1", key), key_json(key)).items()}
         for m, g, key, _ in matches]
+    # each entry's id is the batch's time and its place in the batch: the archive's id of the match
+    assert [i for i, _ in found] == [f"1000500-{n}".encode() for n in range(5)]
+    # a stream already past that time (written by an older version) takes Redis's own ids, in order
+    pipe = client.pipeline(transaction=True)
+    queue_matches(pipe, keys, "q1", 43, matches[:2], maxlen=1000, at=1_000_400)
+    pipe.execute()
+    later = client.xrange(keys.matches("q1"))[5:]
+    assert len(later) == 2 and all(int(i.split(b"-")[0]) > 1_000_500 for i, _ in later)
     first_id, first = found[1]
     record = entries.read_match(first_id, first)
     assert record == {"id": first_id.decode(), "events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2],

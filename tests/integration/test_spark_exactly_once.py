@@ -17,6 +17,7 @@ import pytest
 
 from contract import end_of_input
 from contract.alarms import instance_id, read_instance
+from contract.history import Filters, History
 from tests.integration.test_spark_equivalence import assert_equal, local
 from tests.unit.joins.test_join_operator import workload
 from tests.unit.test_keyed import pattern_events
@@ -31,6 +32,15 @@ def committed(pipeline) -> int:
 
 def _job_id(pipeline) -> str:
     return json.loads((pipeline.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"]
+
+
+def pages(history: History, query: str, limit: int = 500) -> list[dict]:
+    items, after = [], None
+    while True:
+        page, after = history.page(query, Filters(), limit, after)
+        items += page
+        if after is None:
+            return items
 
 
 def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
@@ -68,6 +78,13 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
     expected = {join_id: local(join_text, streams, joins), pattern_id: local(pattern_text, pattern_streams, patterns)}
     assert_equal(pipeline.matches(join_id), expected[join_id], join_text)
     assert_equal(pipeline.matches(pattern_id), expected[pattern_id], pattern_text)
+    # the archive too: each match once, under the id of its live entry, though batches were written twice
+    history = History(pipeline.home / "var" / "archive")
+    for query in (join_id, pattern_id):
+        archived = pages(history, query)
+        assert_equal(archived, expected[query], query)
+        assert [m["id"] for m in archived] == [i.decode() for i, _ in pipeline.client.xrange(
+            pipeline.keys.matches(query))]
     # every alarm instance counts its key's matches once: counted here from the matched events' keys
     for query, events, stream, var, attr in ((join_id, joins, "s", "A", "region"),
                                              (pattern_id, patterns, "a", "a", "node")):

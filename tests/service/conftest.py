@@ -158,7 +158,7 @@ def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, ob
             match = dict(match)
             key = match.pop("key", None)
             rows.append((json.dumps(match).encode(), 0, key, match["prob"]))
-        queue_matches(pipe, keys, query, batch, rows, maxlen=100_000, now=time.time())
+        queue_matches(pipe, keys, query, batch, rows, maxlen=100_000, at=round(time.time() * 1000))
     for query, record in observations.items():
         pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})
     pipe.publish(keys.live, json.dumps({"batch": batch, "at": time.time(),

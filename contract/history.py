@@ -1,0 +1,353 @@
+"""A query's history: the archive (:mod:`contract.archive`) read with DuckDB, and the live
+tail in Redis.
+
+Every read names its files (those that count, :func:`contract.archive.files`) and lets
+DuckDB filter, order, count and stream them; nothing loads a period into Python. The
+live tail (the result stream) is merged in by entry id, so what the job has written
+and not yet archived (or before the archive began) is there too, each match once.
+
+Times are milliseconds since the epoch; a period is ``[since, until)``. A cursor is a
+match's id, ``<at>-<seq>``: the id of its entry in the result stream and of its row in
+the archive, ordered by time and place in the batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from .alarms import key_json
+from .archive import days, files, queries as archived_queries
+from .entries import read_match
+
+__all__ = ["Filters", "History", "Period", "parse_cursor"]
+
+_MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm'
+EXPORT_COLUMNS = ["id", "at", "time", "batch", "events", "prob", "range_lo", "range_hi", "key", "alarm"]
+_DAY_MS = 86_400_000
+
+
+def parse_cursor(cursor: str) -> tuple[int, int]:
+    at, seq = cursor.split("-", 1)
+    return int(at), int(seq)
+
+
+def key_matches(spelled: str | None, wanted: dict | None) -> bool:
+    """Whether an instance's key (canonical JSON) has the attributes ``wanted`` asks for."""
+    if wanted is None:
+        return True
+    key = json.loads(spelled) if spelled else None
+    if not isinstance(key, dict):
+        return False
+    return all(name in key and key_json({name: key[name]}) == key_json({name: value})
+               for name, value in wanted.items())
+
+
+@dataclass(frozen=True)
+class Period:
+    since: int | None = None
+    until: int | None = None
+
+    def holds(self, at: int) -> bool:
+        return (self.since is None or at >= self.since) and (self.until is None or at < self.until)
+
+
+@dataclass(frozen=True)
+class Filters:
+    period: Period = field(default_factory=Period)
+    key: dict | None = None
+    min_prob: float | None = None
+
+    def match(self, item: dict) -> bool:
+        return (self.period.holds(round(item["at"] * 1000))
+                and (self.min_prob is None or item["prob"] >= self.min_prob)
+                and key_matches(key_json(item.get("key")), self.key))
+
+
+class History:
+    """Reads of one archive root (and, when given, the Redis holding the live tail)."""
+
+    def __init__(self, root: Path, redis=None, keys=None, retention_days: float = 0):
+        self.root, self.redis, self.keys, self.retention_days = Path(root), redis, keys, retention_days
+        self._local = threading.local()
+
+    @property
+    def db(self) -> duckdb.DuckDBPyConnection:
+        con = getattr(self._local, "db", None)
+        if con is None:
+            con = self._local.db = _connect()
+        return con
+
+    def knows(self, query: str) -> bool:
+        return query in archived_queries(self.root)
+
+    # --- the part of SQL every read shares ----------------------------------------------------
+
+    def _source(self, query: str, filters: Filters, kind: str = "match") -> tuple[str, list] | None:
+        """``FROM ... WHERE ...`` over the query's files of the period, or None (no file)."""
+        paths = files(self.root, query, filters.period.since, filters.period.until)
+        if not paths:
+            return None
+        where, args = ["kind = ?"], [kind]
+        if filters.period.since is not None:
+            where.append('"at" >= ?')
+            args.append(filters.period.since)
+        if filters.period.until is not None:
+            where.append('"at" < ?')
+            args.append(filters.period.until)
+        if filters.min_prob is not None and kind == "match":
+            where.append("prob >= ?")
+            args.append(filters.min_prob)
+        if filters.key is not None and kind == "match":
+            keys = [k for k in self._keys(paths) if key_matches(k, filters.key)]
+            if not keys:
+                return None
+            where.append('"key" IN (' + ", ".join("?" for _ in keys) + ")")
+            args += keys
+        listed = ", ".join(f"'{str(p)}'" for p in paths)
+        return f"FROM read_parquet([{listed}]) WHERE {' AND '.join(where)}", args
+
+    def _keys(self, paths: Sequence[Path]) -> list[str]:
+        listed = ", ".join(f"'{str(p)}'" for p in paths)
+        return [k for (k,) in self.db.execute(
+            f"SELECT DISTINCT \"key\" FROM read_parquet([{listed}]) WHERE kind = 'match' AND \"key\" IS NOT NULL").fetchall()]
+
+    def _run(self, build):
+        """Runs a read; a file compacted away under it is listed again (twice at most)."""
+        for attempt in range(3):
+            try:
+                return build()
+            except (duckdb.IOException, duckdb.InvalidInputException, FileNotFoundError):
+                if attempt == 2:
+                    raise
+                time.sleep(0.05)
+
+    # --- a page ---------------------------------------------------------------------------
+
+    def page(self, query: str, filters: Filters, limit: int, after: str | None = None) -> tuple[list[dict], str | None]:
+        """Matches in time order after the cursor ``after``: ``limit`` of them and the
+        cursor of the next page (None: the period holds no more now)."""
+        cursor = parse_cursor(after) if after else None
+        archived = self._run(lambda: self._archived_page(query, filters, limit + 1, cursor))
+        live = self._live_page(query, filters, limit + 1, after)
+        merged: dict[str, dict] = {}
+        for item in archived + live:
+            merged.setdefault(item["id"], item)
+        items = sorted(merged.values(), key=lambda item: parse_cursor(item["id"]))
+        more = len(items) > limit
+        items = items[:limit]
+        return items, (items[-1]["id"] if more and items else None)
+
+    def _archived_page(self, query: str, filters: Filters, count: int, cursor) -> list[dict]:
+        source = self._source(query, filters)
+        if source is None:
+            return []
+        sql, args = source
+        if cursor is not None:
+            sql += ' AND ("at" > ? OR ("at" = ? AND seq > ?))'
+            args = [*args, cursor[0], cursor[0], cursor[1]]
+        rows = self.db.execute(f"SELECT {_MATCH_COLUMNS} {sql} ORDER BY \"at\", seq LIMIT {int(count)}", args).fetchall()
+        return [_item(row) for row in rows]
+
+    def _live_page(self, query: str, filters: Filters, count: int, after: str | None) -> list[dict]:
+        """The result stream's matches after the cursor (a read of at most a few pages)."""
+        if self.redis is None:
+            return []
+        since = filters.period.since
+        low = f"({after}" if after else (f"{since}-0" if since is not None else "-")
+        if after and since is not None and parse_cursor(after)[0] < since:
+            low = f"{since}-0"
+        high = f"{filters.period.until - 1}-18446744073709551615" if filters.period.until is not None else "+"
+        out: list[dict] = []
+        for _ in range(5):
+            found = self.redis.xrange(self.keys.matches(query), low, high, count=count)
+            out += [item for item in (read_match(i, f) for i, f in found) if filters.match(item)]
+            if len(out) >= count or len(found) < count:
+                break
+            low = f"({found[-1][0].decode()}"
+        return out[:count]
+
+    # --- what the archive holds ------------------------------------------------------------
+
+    def unavailable(self, query: str, filters: Filters, created: float | None, now_ms: int) -> list[dict]:
+        """Parts of the period the history cannot serve: past the archive's retention, and
+        before the archive's first day of the query (when the query existed then and the
+        live tail does not reach back)."""
+        out = []
+        since = filters.period.since if filters.period.since is not None else (
+            round(created * 1000) if created is not None else None)
+        until = filters.period.until if filters.period.until is not None else now_ms
+        if since is None or since >= until:
+            return out
+        if self.retention_days > 0:
+            cutoff = now_ms - round(self.retention_days * _DAY_MS)
+            cutoff -= cutoff % _DAY_MS
+            if since < cutoff:
+                out.append({"since": since, "until": min(cutoff, until),
+                            "reason": f"past the archive's retention of {self.retention_days:g} days"})
+                since = cutoff
+        held = days(self.root, query)
+        first = _day_start(held[0]) if held else None
+        oldest_live = self._oldest_live(query)
+        begins = min(x for x in (first, oldest_live) if x is not None) if (first or oldest_live) else until
+        if created is not None:
+            since = max(since, round(created * 1000))
+        if since < begins and since < until:
+            out.append({"since": since, "until": min(begins, until),
+                        "reason": "not in the archive (it holds nothing of the query before) nor in the live tail"})
+        return out
+
+    def _oldest_live(self, query: str) -> int | None:
+        if self.redis is None:
+            return None
+        try:
+            found = self.redis.xrange(self.keys.matches(query), count=1)
+        except Exception:  # noqa: BLE001 - Redis away: the archive alone answers
+            return None
+        return parse_cursor(found[0][0].decode())[0] if found else None
+
+    # --- summaries ----------------------------------------------------------------------------
+
+    def summary(self, query: str, filters: Filters, bucket_ms: int) -> dict:
+        """Matches per time bucket and per key over the period (archive and live tail)."""
+        buckets: dict[int, int] = {}
+        by_key: dict[str | None, int] = {}
+        top = None
+        source = self._run(lambda: self._source(query, filters))
+        if source is not None:
+            sql, args = source
+            for start, n in self.db.execute(
+                    f'SELECT "at" - "at" % {int(bucket_ms)} AS b, count(*) {sql} GROUP BY b', args).fetchall():
+                buckets[int(start)] = int(n)
+            for key, n in self.db.execute(f'SELECT "key", count(*) {sql} GROUP BY "key"', args).fetchall():
+                by_key[key] = int(n)
+            top = self._newest(sql, args)
+        for item in self._tail(query, filters, top):
+            at = round(item["at"] * 1000)
+            buckets[at - at % bucket_ms] = buckets.get(at - at % bucket_ms, 0) + 1
+            spelled = key_json(item.get("key"))
+            by_key[spelled] = by_key.get(spelled, 0) + 1
+        return {"total": sum(buckets.values()),
+                "buckets": [{"start": b, "matches": n} for b, n in sorted(buckets.items())],
+                "keys": [{"key": json.loads(k) if k else None, "matches": n}
+                         for k, n in sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0] or ""))]}
+
+    def _tail(self, query: str, filters: Filters, top: int | None) -> Iterator[dict]:
+        """The live tail's matches after the archive's newest (``at * 10**6 + seq``)."""
+        after = f"{top // 1000000}-{top % 1000000}" if top is not None else None
+        while True:
+            page = self._live_page(query, filters, 10_000, after)
+            yield from page
+            if len(page) < 10_000:
+                return
+            after = page[-1]["id"]
+
+    def _newest(self, sql: str, args: list) -> int | None:
+        return self.db.execute(f'SELECT max("at" * 1000000 + seq) {sql}', args).fetchone()[0]
+
+    # --- export -------------------------------------------------------------------------------
+
+    def export(self, query: str, filters: Filters, fmt: str, rows_per_chunk: int = 65_536) -> Iterator[bytes]:
+        """The period's matches in time order as CSV or Parquet, chunk by chunk."""
+        source = self._source(query, filters)
+        sink = io.BytesIO()
+        schema = pa.schema([("id", pa.string()), ("at", pa.int64()), ("time", pa.string()), ("batch", pa.int64()),
+                            ("events", pa.string()), ("prob", pa.float64()), ("range_lo", pa.float64()),
+                            ("range_hi", pa.float64()), ("key", pa.string()), ("alarm", pa.string())])
+        writer = (pq.ParquetWriter(sink, schema, compression="zstd") if fmt == "parquet"
+                  else pacsv.CSVWriter(sink, schema))
+        top = None
+        if source is not None:
+            sql, args = source
+            top = self._newest(sql, args)
+            # a connection of its own: the stream is read on whatever thread consumes it
+            reader = _connect().sql(
+                f"SELECT id, \"at\", strftime(make_timestamp(\"at\" * 1000), '%Y-%m-%dT%H:%M:%S.%gZ') AS time, batch, "
+                f"events, prob, range_lo, range_hi, \"key\", alarm {sql} ORDER BY \"at\", seq", params=args
+            ).to_arrow_reader(rows_per_chunk)
+            for batch in reader:
+                writer.write_table(pa.Table.from_batches([batch]).cast(schema))
+                yield _drain(sink)
+        tail = [_row(item) for item in self._tail(query, filters, top)]
+        if tail:
+            writer.write_table(pa.Table.from_pylist(tail, schema=schema))
+        writer.close()
+        yield _drain(sink)
+
+    # --- backtest -----------------------------------------------------------------------------
+
+    def backtest(self, query: str, filters: Filters, thresholds: Sequence[float], quiet_ms: int | None) -> dict:
+        """At each threshold: the period's matches (archived matches and near misses at or
+        above it) and the alarms that would have opened (an episode per key at its first
+        match, and again after ``quiet_ms`` without one)."""
+        t = np.asarray(thresholds, dtype=float)
+        matches = np.zeros(len(t))
+        alarms = np.zeros(len(t))
+        near_total = 0
+        source = self._run(lambda: self._source(query, Filters(filters.period, filters.key)))
+        if source is not None:
+            sql, args = source
+            probs = np.sort(self.db.execute(f"SELECT prob {sql}", args).fetchnumpy()["prob"])
+            matches += len(probs) - np.searchsorted(probs, t - 1e-12, side="left")
+            frame = ("ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" if quiet_ms is None
+                     else f"RANGE BETWEEN {max(0, int(quiet_ms) - 1)} PRECEDING AND 1 PRECEDING")
+            opened = self.db.execute(
+                f'SELECT high, coalesce(max(high) OVER (PARTITION BY "key" ORDER BY "at" {frame}), -1.0) AS before '
+                f'FROM (SELECT "key", "at", max(prob) AS high {sql} GROUP BY "key", "at")', args).fetchnumpy()
+            high, before = opened["high"], opened["before"]
+            # a (key, batch) opens an episode at t when its highest reaches t and nothing before blocks it
+            alarms += [int(((high >= x - 1e-12) & (before < x - 1e-12)).sum()) for x in t]
+        near = self._run(lambda: self._source(query, Filters(filters.period), kind="near"))
+        if near is not None and filters.key is None:
+            sql, args = near
+            bins = self.db.execute(f'SELECT prob, sum("count") AS n {sql} GROUP BY prob', args).fetchnumpy()
+            edges, counts = bins["prob"], bins["n"].astype(np.int64)
+            near_total = int(counts.sum())
+            matches += [int(counts[edges >= x - 1e-9].sum()) for x in t]
+        return {"matches": matches.tolist(), "alarms": alarms.tolist(), "near_misses": near_total}
+
+
+def _connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that reads Parquet and never fetches an extension."""
+    return duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                  "threads": 2})
+
+
+def _drain(sink: io.BytesIO) -> bytes:
+    data = sink.getvalue()
+    sink.seek(0)
+    sink.truncate()
+    return data
+
+
+def _row(item: dict) -> dict:
+    """A live match as an export row."""
+    at = round(item["at"] * 1000)
+    rng = item.get("range") or (None, None)
+    return {"id": item["id"], "at": at, "time": dt.datetime.fromtimestamp(at / 1000, dt.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "batch": item.get("batch"),
+        "events": json.dumps(item["events"], separators=(",", ":")), "prob": item["prob"], "range_lo": rng[0],
+        "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm")}
+
+
+def _day_start(day: str) -> int:
+    return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+def _item(row: Sequence[Any]) -> dict:
+    match_id, at, seq, batch, events, prob, lo, hi, key, alarm = row
+    return {"id": match_id, "events": json.loads(events), "prob": prob,
+            "range": [lo, hi] if lo is not None else None, "batch": batch, "at": at / 1000.0,
+            "alarm": alarm, "key": json.loads(key) if key else None}
