@@ -15,6 +15,7 @@ import redis
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from contract.history import History
 from contract.keys import Keys
 from contract.registry import Registry
 from penumbra.events import Streams, parse_streams
@@ -41,6 +42,7 @@ class Service:
     ingest_limiter: RateLimiter = field(init=False)
     auth_failures: FailedAuthentications = field(init=False)
     write_limiter: RateLimiter = field(init=False)
+    history: History = field(init=False)
     bootstrapped: bool = False
     #: the admin token generated at the first start (None when given or already there)
     generated_admin_token: str | None = None
@@ -54,6 +56,7 @@ class Service:
                                           self.settings.ingest_rate_window)
         self.write_limiter = RateLimiter(self.redis, self.keys, self.settings.write_rate_limit,
                                          self.settings.write_rate_window, what="write")
+        self.history = History(self.settings.archive_dir, self.redis, self.keys, self.settings.archive_retention_days)
         self.auth_failures = FailedAuthentications(self.redis, self.keys, self.settings.auth_failure_limit,
                                                    self.settings.auth_failure_window)
 

@@ -27,8 +27,8 @@ from .models import EventIn
 from .notify import Notifier
 from .operations import Operations, reject_unknown_query
 from .protocol import with_header_timeout
-from .routes import (alarms, audit, events, health, live, notifications, queries, results, silences, streams, tokens,
-                     validate, verdicts)
+from .routes import (alarms, audit, events, health, history, live, notifications, queries, results, silences,
+                     streams, tokens, validate, verdicts)
 from .web import HtmlPolicy, mount_frontend
 
 __all__ = ["ROUTERS", "create_app", "server_options"]
@@ -36,7 +36,7 @@ __all__ = ["ROUTERS", "create_app", "server_options"]
 log = logging.getLogger("penumbra.api")
 
 ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
-           alarms.router, silences.router, notifications.router, verdicts.router, audit.router, tokens.router)
+           history.router, alarms.router, silences.router, notifications.router, verdicts.router, audit.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 

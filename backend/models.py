@@ -219,6 +219,69 @@ class MatchPage(BaseModel):
     next: str | None
 
 
+class Unavailable(BaseModel):
+    since: int = Field(description="milliseconds since the epoch")
+    until: int = Field(description="milliseconds since the epoch (exclusive)")
+    reason: str
+
+
+class HistoryPage(BaseModel):
+    """A period's matches in time order, archive and live tail together; pass ``next`` as
+    ``next`` for the following page (null: none now)."""
+
+    items: list[MatchOut]
+    next: str | None
+    unavailable: list[Unavailable] = Field(description="parts of the period the history cannot serve, and why")
+
+
+class HistoryBucket(BaseModel):
+    start: int = Field(description="the bucket's start, milliseconds since the epoch (UTC hours or days)")
+    matches: int
+
+
+class HistoryKey(BaseModel):
+    key: dict[str, Any] | None
+    matches: int
+
+
+class HistorySummary(BaseModel):
+    query: str
+    since: int | None
+    until: int
+    bucket: Literal["hour", "day"]
+    total: int
+    buckets: list[HistoryBucket]
+    keys: list[HistoryKey] = Field(description="matches per key, most first")
+    unavailable: list[Unavailable]
+
+
+class BacktestPoint(BaseModel):
+    threshold: float
+    matches: int = Field(description="the period's matches at or above the threshold (with near misses below the "
+                                     "query's own)")
+    alarms: int = Field(description="alarm episodes that would have opened: a key's first match, and again after "
+                                    "the query's auto_resolve_minutes without one")
+    exact: bool = Field(description="false below the query's threshold for alarms (near misses are archived by "
+                                    "probability, without key: a lower bound)")
+    judged: int = Field(description="judged matches at or above the threshold (verdicts real or false)")
+    precision: float | None = Field(description="real among them")
+    recall: float | None = Field(description="real ones at or above the threshold among all real judged")
+
+
+class BacktestOut(BaseModel):
+    """What each threshold would have raised over a period, from the archive."""
+
+    query: str
+    threshold: float | None = Field(description="the threshold now")
+    floor: float = Field(description="the lowest threshold the archive answers for")
+    since: int | None
+    until: int
+    matches: int = Field(description="matches archived in the period")
+    near_misses: int = Field(description="near misses archived in the period (joins)")
+    points: list[BacktestPoint]
+    unavailable: list[Unavailable]
+
+
 class ObservationOut(BaseModel):
     """What the job observed of a query in one micro-batch, combined over its key groups."""
 

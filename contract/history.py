@@ -150,6 +150,16 @@ class History:
         items = items[:limit]
         return items, (items[-1]["id"] if more and items else None)
 
+    def find(self, query: str, match: str) -> dict | None:
+        """One archived match by its id."""
+        at, seq = parse_cursor(match)
+        source = self._source(query, Filters(Period(at, at + 1)))
+        if source is None:
+            return None
+        sql, args = source
+        row = self._run(lambda: self.db.execute(f"SELECT {_MATCH_COLUMNS} {sql} AND seq = ?", [*args, seq]).fetchall())
+        return _item(row[0]) if row else None
+
     def _archived_page(self, query: str, filters: Filters, count: int, cursor) -> list[dict]:
         source = self._source(query, filters)
         if source is None:
@@ -198,8 +208,7 @@ class History:
                 out.append({"since": since, "until": min(cutoff, until),
                             "reason": f"past the archive's retention of {self.retention_days:g} days"})
                 since = cutoff
-        held = days(self.root, query)
-        first = _day_start(held[0]) if held else None
+        first = self._earliest(query)
         oldest_live = self._oldest_live(query)
         begins = min(x for x in (first, oldest_live) if x is not None) if (first or oldest_live) else until
         if created is not None:
@@ -208,6 +217,18 @@ class History:
             out.append({"since": since, "until": min(begins, until),
                         "reason": "not in the archive (it holds nothing of the query before) nor in the live tail"})
         return out
+
+    def _earliest(self, query: str) -> int | None:
+        """When the archive's oldest row of the query was written."""
+        held = days(self.root, query)
+        if not held:
+            return None
+        start = _day_start(held[0])
+        paths = files(self.root, query, start, start)
+        if not paths:
+            return None
+        listed = ", ".join(f"'{str(p)}'" for p in paths)
+        return self._run(lambda: self.db.execute(f'SELECT min("at") FROM read_parquet([{listed}])').fetchall()[0][0])
 
     def _oldest_live(self, query: str) -> int | None:
         if self.redis is None:
@@ -255,7 +276,7 @@ class History:
             after = page[-1]["id"]
 
     def _newest(self, sql: str, args: list) -> int | None:
-        return self.db.execute(f'SELECT max("at" * 1000000 + seq) {sql}', args).fetchone()[0]
+        return self.db.execute(f'SELECT max("at" * 1000000 + seq) {sql}', args).fetchall()[0][0]
 
     # --- export -------------------------------------------------------------------------------
 
@@ -290,33 +311,54 @@ class History:
 
     def backtest(self, query: str, filters: Filters, thresholds: Sequence[float], quiet_ms: int | None) -> dict:
         """At each threshold: the period's matches (archived matches and near misses at or
-        above it) and the alarms that would have opened (an episode per key at its first
-        match, and again after ``quiet_ms`` without one)."""
+        above it), the alarms that would have opened (an episode per key at its first
+        match, and again after ``quiet_ms`` without one: counted over the archived matches,
+        so a lower bound where near misses reach the threshold, ``near_at_least``), the
+        period's matches (archive and live tail) and near misses."""
         t = np.asarray(thresholds, dtype=float)
         matches = np.zeros(len(t))
         alarms = np.zeros(len(t))
-        near_total = 0
-        source = self._run(lambda: self._source(query, Filters(filters.period, filters.key)))
+        near_at_least = np.zeros(len(t))
+        near_total = archived = 0
+        matched = Filters(filters.period, filters.key)
+        source = self._run(lambda: self._source(query, matched))
+        parts, args = [], []
+        top = None
         if source is not None:
             sql, args = source
-            probs = np.sort(self.db.execute(f"SELECT prob {sql}", args).fetchnumpy()["prob"])
+            parts.append(f'SELECT "key", "at", prob {sql}')
+            top = self._newest(sql, args)
+        tail = [_row(item) for item in self._tail(query, matched, top)]
+        db = self.db
+        if tail:
+            db.register("live_tail", pa.Table.from_pylist([{"key": r["key"], "at": r["at"], "prob": r["prob"]}
+                                                           for r in tail]))
+            parts.append("SELECT \"key\", \"at\", prob FROM live_tail")
+        if parts:
+            union = " UNION ALL ".join(parts)
+            probs = np.sort(db.execute(f"SELECT prob FROM ({union})", args).fetchnumpy()["prob"])
+            archived = len(probs)
             matches += len(probs) - np.searchsorted(probs, t - 1e-12, side="left")
             frame = ("ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" if quiet_ms is None
                      else f"RANGE BETWEEN {max(0, int(quiet_ms) - 1)} PRECEDING AND 1 PRECEDING")
-            opened = self.db.execute(
+            opened = db.execute(
                 f'SELECT high, coalesce(max(high) OVER (PARTITION BY "key" ORDER BY "at" {frame}), -1.0) AS before '
-                f'FROM (SELECT "key", "at", max(prob) AS high {sql} GROUP BY "key", "at")', args).fetchnumpy()
+                f'FROM (SELECT "key", "at", max(prob) AS high FROM ({union}) GROUP BY "key", "at")', args).fetchnumpy()
             high, before = opened["high"], opened["before"]
             # a (key, batch) opens an episode at t when its highest reaches t and nothing before blocks it
             alarms += [int(((high >= x - 1e-12) & (before < x - 1e-12)).sum()) for x in t]
+        if tail:
+            db.unregister("live_tail")
         near = self._run(lambda: self._source(query, Filters(filters.period), kind="near"))
         if near is not None and filters.key is None:
             sql, args = near
             bins = self.db.execute(f'SELECT prob, sum("count") AS n {sql} GROUP BY prob', args).fetchnumpy()
             edges, counts = bins["prob"], bins["n"].astype(np.int64)
             near_total = int(counts.sum())
-            matches += [int(counts[edges >= x - 1e-9].sum()) for x in t]
-        return {"matches": matches.tolist(), "alarms": alarms.tolist(), "near_misses": near_total}
+            near_at_least += [int(counts[edges >= x - 1e-9].sum()) for x in t]
+            matches += near_at_least
+        return {"matches": matches.tolist(), "alarms": alarms.tolist(), "near_at_least": near_at_least.tolist(),
+                "near_misses": near_total, "archived": archived}
 
 
 def _connect() -> duckdb.DuckDBPyConnection:

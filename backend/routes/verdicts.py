@@ -39,9 +39,9 @@ def record_verdict(service: Service, entry: dict, who: str, verdict: str, commen
     query_id = entry["id"]
     if match is not None:
         found = service.redis.xrange(service.keys.matches(query_id), match, match)
-        if not found:
-            raise ApiError(404, f"no match {match!r} of query {query_id!r} (or it was trimmed)", field="match")
-        record = read_match(*found[0])
+        record = read_match(*found[0]) if found else service.history.find(query_id, match)
+        if record is None:
+            raise ApiError(404, f"no match {match!r} of query {query_id!r}, live or archived", field="match")
         subject, prob, alarm, episode = f"m:{match}", record["prob"], record.get("alarm"), None
     else:
         if query_of(alarm) != query_id:
