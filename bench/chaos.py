@@ -182,7 +182,7 @@ class Outcome:
     rounds: list[Round]
     events: int
     expected: list[dict]
-    found: list[dict]                 # the matches in Redis, in stream order
+    found: list[dict]                 # the matches of the query's history (REST), in time order
     stream_ids: list[str]
     alarms: list[dict]                # the query's alarm instances, one per key, from REST
     posted: list[dict]                # every event posted
@@ -191,6 +191,7 @@ class Outcome:
     poster: Poster
     seconds: float
     log: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)   # ids of the live result stream at the end
 
     def problems(self) -> list[str]:
         """What the run got wrong; empty when nothing was lost, doubled or left unexplained."""
@@ -228,6 +229,8 @@ class Outcome:
                 out.append(f"websocket client {n}: its latest alarm messages count {sum(latest.values())} matches "
                            f"over {len(latest)} instances, REST {sum(a['matches'] for a in self.alarms)} over "
                            f"{len(self.alarms)}")
+        if self.tail and self.tail != self.stream_ids[-len(self.tail):]:
+            out.append(f"the live result stream's {len(self.tail)} ids are not the history's latest")
         for round_ in self.rounds:
             part = PARTS.get(round_.victim)
             if part and not any(r["part"] == part and r["pid"] == round_.pid and r["cause"] == "was killed by SIGKILL"
@@ -291,20 +294,38 @@ def eval_matches(events: list[dict], folder: Path) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
-def stored_matches(up: Up, home: Path) -> tuple[list[str], list[dict]]:
+def stored_matches(up: Up, token: str) -> tuple[list[str], list[dict]]:
+    """Every match of the query, as a REST client reads its history: pages of 500 from the
+    archive and the live tail, following ``next`` until it is null."""
+    ids, found, after = [], [], None
+    with httpx.Client(base_url=up.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        while True:
+            answer = http.get(f"/api/queries/{QUERY_ID}/history",
+                              params={"limit": 500, **({"next": after} if after else {})})
+            answer.raise_for_status()
+            page = answer.json()
+            ids += [m["id"] for m in page["items"]]
+            found += [{k: m[k] for k in ("events", "prob")} for m in page["items"]]
+            after = page.get("next")
+            if not after:
+                return ids, found
+
+
+def live_ids(up: Up, home: Path) -> list[str]:
+    """The ids of the matches in the query's live result stream."""
     password = (home / "var" / "redis" / "password").read_text().strip()
     with redis.Redis(host="127.0.0.1", port=up.redis_port, password=password, socket_timeout=30) as client:
-        entries = client.xrange(Keys().matches(QUERY_ID))
-    return [i.decode() for i, _ in entries], [json.loads(f[b"m"]) for _, f in entries]
+        return [i.decode() for i, _ in client.xrange(Keys().matches(QUERY_ID))]
 
 
 def run(rounds: int, seed: int, clients: int = 3, pause: tuple[float, float] = (4.0, 12.0),
-        say: Callable[[str], None] = print, home: Path | None = None) -> Outcome:
-    """One chaos run on ``home`` (a temporary folder by default); everything started is stopped."""
+        say: Callable[[str], None] = print, home: Path | None = None, result_maxlen: int | None = None) -> Outcome:
+    """One chaos run on ``home`` (a temporary folder by default); everything started is
+    stopped. ``result_maxlen`` caps the live result stream (``PENUMBRA_RESULT_MAXLEN``)."""
     chooser = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="penumbra-chaos-") as scratch:
         home = home or Path(scratch)
-        up = Up(home)
+        up = Up(home, extra_env={"PENUMBRA_RESULT_MAXLEN": str(result_maxlen)} if result_maxlen else None)
         poster, listeners = None, []
         try:
             token = up.ready()
@@ -340,7 +361,8 @@ def run(rounds: int, seed: int, clients: int = 3, pause: tuple[float, float] = (
                 f"batches, {poster.retried:,} retries, {poster.duplicates:,} events answered as duplicates")
             expected = eval_matches(poster.events, Path(scratch))
             say(f"penumbra eval: {len(expected):,} matches")
-            ids, found = wait_settled(up, home, len(expected))
+            ids, found = wait_settled(up, token, len(expected))
+            tail = live_ids(up, home)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and any(len(c.ids) < len(ids) for c in listeners):
                 time.sleep(0.5)
@@ -349,7 +371,7 @@ def run(rounds: int, seed: int, clients: int = 3, pause: tuple[float, float] = (
                 alarms = http.get("/api/alarms", params={"query": QUERY_ID, "limit": 1000}).json()["items"]
             restarts = (health(up.url) or {}).get("restarts", [])
             return Outcome(done, len(poster.events), expected, found, ids, alarms, poster.events, listeners, restarts,
-                           poster, seconds)
+                           poster, seconds, tail=tail)
         finally:
             if poster:
                 poster.stop.set()
@@ -358,15 +380,15 @@ def run(rounds: int, seed: int, clients: int = 3, pause: tuple[float, float] = (
             up.stop()
 
 
-def wait_settled(up: Up, home: Path, count: int, quiet: float = 5.0, timeout: float = 300.0):
+def wait_settled(up: Up, token: str, count: int, quiet: float = 5.0, timeout: float = 300.0):
     """The stored matches once there are ``count`` of them (or more) and none came for
     ``quiet`` seconds, or at ``timeout``."""
     began = time.monotonic()
-    ids, found = stored_matches(up, home)
+    ids, found = stored_matches(up, token)
     changed = time.monotonic()
     while time.monotonic() - began < timeout:
         time.sleep(1.0)
-        now_ids, now_found = stored_matches(up, home)
+        now_ids, now_found = stored_matches(up, token)
         if len(now_ids) != len(ids):
             ids, found, changed = now_ids, now_found, time.monotonic()
         elif len(ids) >= count and time.monotonic() - changed >= quiet:
@@ -379,13 +401,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--clients", type=int, default=3, help="websocket clients")
+    parser.add_argument("--result-maxlen", type=int, default=None, help=(
+        "PENUMBRA_RESULT_MAXLEN, the live cap (the matches are read from the history either way)"))
     args = parser.parse_args()
     from bench.report import Report
 
     report = Report("chaos", f"Chaos: {args.rounds} rounds of SIGKILL under load (seed {args.seed})")
     report.say(f"`python bench/chaos.py --rounds {args.rounds} --seed {args.seed}`: penumbra up (local[2]), "
                f"query `{QUERY}`, 50 events every 100 ms through REST, {args.clients} websocket clients")
-    outcome = run(args.rounds, args.seed, args.clients, say=report.say)
+    outcome = run(args.rounds, args.seed, args.clients, say=report.say, result_maxlen=args.result_maxlen)
     report.say("")
     report.say("round  killed   pid      at (s)  back in (s)  restart in /api/health")
     for r in outcome.rounds:

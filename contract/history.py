@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,11 +33,50 @@ from .alarms import key_json
 from .archive import days, files, queries as archived_queries
 from .entries import read_match
 
-__all__ = ["Filters", "History", "Period", "parse_cursor"]
+__all__ = ["Filters", "History", "Period", "parse_cursor", "parse_time", "period_of"]
 
 _MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm'
 EXPORT_COLUMNS = ["id", "at", "time", "batch", "events", "prob", "range_lo", "range_hi", "key", "alarm"]
 _DAY_MS = 86_400_000
+
+
+_LAST = re.compile(r"^(\d+(?:\.\d+)?)\s*(m|h|d)$")
+_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_time(raw: str | None, field: str) -> int | None:
+    """A time given as ISO 8601 (UTC unless it names its zone) or milliseconds since the
+    epoch, in milliseconds; a ValueError names ``field``."""
+    if raw is None or raw.strip() == "":
+        return None
+    text = raw.strip()
+    if re.fullmatch(r"\d{1,16}", text):
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{field} must be an ISO 8601 time (2026-11-24T03:00:00Z) or milliseconds since the "
+                         f"epoch; got {raw!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def period_of(since: str | None, until: str | None, last: str | None, now_ms: int) -> Period:
+    """``since``/``until`` or ``last`` (90m, 24h, 7d up to until or now) as a period; a
+    ValueError says what is wrong and starts with the field's name."""
+    start, end = parse_time(since, "since"), parse_time(until, "until")
+    if last is not None:
+        if since is not None:
+            raise ValueError("last: give since or last, not both")
+        found = _LAST.match(last.strip())
+        if not found:
+            raise ValueError(f"last must be minutes, hours or days, e.g. 90m, 24h, 7d; got {last!r}")
+        amount, unit = found.groups()
+        start = (end if end is not None else now_ms) - int(float(amount) * _UNIT_MS[unit])
+    if start is not None and end is not None and start >= end:
+        raise ValueError("since must be before until")
+    return Period(start, end)
 
 
 def parse_cursor(cursor: str) -> tuple[int, int]:

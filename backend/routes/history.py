@@ -9,10 +9,8 @@ unless it says its zone) or milliseconds since the epoch; or ``last`` (``90m``, 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
-import re
 import time
 from typing import Annotated, Literal
 
@@ -20,7 +18,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from contract.history import Filters, Period
+from contract.history import Filters, period_of
 from penumbra.calibration import precision_curve
 from penumbra.engine import build_operator
 from penumbra.events import parse_streams
@@ -34,8 +32,6 @@ from . import errors
 
 router = APIRouter(tags=["history"])
 
-_LAST = re.compile(r"^(\d+(?:\.\d+)?)\s*(m|h|d)$")
-_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _HOUR, _DAY = 3_600_000, 86_400_000
 
 SinceQ = Annotated[str | None, Query(max_length=64, description=(
@@ -61,34 +57,15 @@ def history_query(service: ServiceDep, query_id: str) -> dict:
 HistoryQueryDep = Annotated[dict, Depends(history_query)]
 
 
-def _time(raw: str | None, field: str) -> int | None:
-    if raw is None or raw == "":
-        return None
-    text = raw.strip()
-    if re.fullmatch(r"\d{1,16}", text):
-        return int(text)
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ApiError(422, f"{field} must be an ISO 8601 time (2026-11-24T03:00:00Z) or milliseconds since the "
-                            f"epoch; got {raw!r}", field=field) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
-
-
 def filters_of(since: str | None, until: str | None, last: str | None, key: str | None,
                min_prob: float | None) -> tuple[Filters, int]:
     """The request's filters, and now in milliseconds."""
     now = int(time.time() * 1000)
-    start, end = _time(since, "since"), _time(until, "until")
-    if last is not None:
-        if since is not None:
-            raise ApiError(422, "give since or last, not both", field="last")
-        amount, unit = _LAST.match(last.strip()).groups()
-        start = (end if end is not None else now) - int(float(amount) * _UNIT_MS[unit])
-    if start is not None and end is not None and start >= end:
-        raise ApiError(422, "since must be before until", field="since")
+    try:
+        period = period_of(since, until, last, now)
+    except ValueError as error:
+        message = str(error)
+        raise ApiError(422, message, field=message.split(" ", 1)[0].rstrip(":")) from None
     wanted = None
     if key is not None:
         try:
@@ -97,7 +74,7 @@ def filters_of(since: str | None, until: str | None, last: str | None, key: str 
             wanted = None
         if not isinstance(wanted, dict):
             raise ApiError(422, 'key must be a JSON object of attributes, e.g. {"region": 17}', field="key")
-    return Filters(Period(start, end), wanted, min_prob), now
+    return Filters(period, wanted, min_prob), now
 
 
 @router.get("/queries/{query_id}/history", response_model=HistoryPage, responses=errors(401, 403, 404),

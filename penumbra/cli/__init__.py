@@ -12,6 +12,7 @@ status 2 and a one-line message on stderr.
 ``penumbra simulate SCENARIO`` sends a scenario's simulated sensors to a running Penumbra
 (or writes them to a file) and can write the ground truth; ``penumbra check TRUTH``
 compares alarms with it; ``penumbra replay FILE`` sends an events file at a chosen speed;
+``penumbra export QUERY`` writes a query's archived matches over a period as CSV or Parquet;
 ``penumbra up`` starts the whole system (docs/demo.md, docs/up.md). Each command is a
 module of this package; a command's module is imported when it runs, so that ``eval``
 needs neither Redis, FastAPI nor pyspark.
@@ -25,7 +26,7 @@ from typing import Sequence
 
 from penumbra.errors import PenumbraError
 
-from . import check, eval, replay, simulate
+from . import check, eval, export, replay, simulate
 from .common import Parser, UsageError
 
 __all__ = ["main"]
@@ -34,7 +35,7 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog="penumbra", description="Monitoring live events whose timestamps are uncertain.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (eval, simulate, replay, check):
+    for command in (eval, simulate, replay, check, export):
         command.add_parser(commands)
     # `penumbra up` parses its own options (penumbra/cli/up.py): everything after `up` goes there
     up = commands.add_parser("up", help="start Redis, the Spark job and the API on this machine (up --help)",
@@ -54,7 +55,8 @@ def _up(options: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    commands = {"simulate": simulate.run, "replay": replay.run, "check": check.run, "eval": eval.run}
+    commands = {"simulate": simulate.run, "replay": replay.run, "check": check.run, "eval": eval.run,
+                "export": export.run}
     try:
         args = _parser().parse_args(argv)
         if args.command == "up":

@@ -178,3 +178,21 @@ def test_backtest_counts_matches_near_misses_and_episodes_by_brute_force(tmp_pat
                 opened += 1
             last[k] = at
         assert alarms == opened, t
+
+
+def test_penumbra_export_writes_the_rows_of_a_period(tmp_path, capsys):
+    from penumbra.cli import main
+
+    written = write_stream(tmp_path / "archive", 30, per_day=10, seed=3)
+    out = tmp_path / "q.csv"
+    until = T0 + DAY
+    assert main(["export", "q", "--archive", str(tmp_path / "archive"), "--until", str(until), "--min-prob", "0.7",
+                 "--output", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [r["id"] for r in rows] == [w[0] for w in written if w[1] < until and w[3] >= 0.7]
+    assert main(["export", "q", "--archive", str(tmp_path / "archive"), "--format", "parquet", "-o",
+                 str(tmp_path / "q.parquet")]) == 0
+    assert pq.read_table(tmp_path / "q.parquet").column("id").to_pylist() == [w[0] for w in written]
+    assert main(["export", "q", "--archive", str(tmp_path / "archive"), "--since", "last tuesday"]) == 2
+    assert "since must be an ISO 8601 time" in capsys.readouterr().err
+    assert main(["export", "nope", "--archive", str(tmp_path / "archive")]) == 2

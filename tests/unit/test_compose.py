@@ -50,11 +50,15 @@ def test_published_ports_listen_on_the_hosts_loopback_only():
 
 
 def test_data_lives_in_named_volumes():
-    assert set(COMPOSE["volumes"]) == {"redis-data", "checkpoint", "spark-work"}
+    assert set(COMPOSE["volumes"]) == {"redis-data", "checkpoint", "spark-work", "archive"}
     assert "redis-data:/data" in SERVICES["redis"]["volumes"]
     assert {"--appendonly", "yes"} <= set(SERVICES["redis"]["command"])
     job = SERVICES["job"]
     assert f"checkpoint:{job['environment']['PENUMBRA_CHECKPOINT']}" in job["volumes"]
+    # the job writes the archive, the API reads it: one volume at one path in both
+    for name in ("job", "api"):
+        where = SERVICES[name]["environment"]["PENUMBRA_ARCHIVE"]
+        assert f"archive:{where}" in SERVICES[name]["volumes"]
 
 
 def test_dependencies_wait_for_health_where_there_is_one():
