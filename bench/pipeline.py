@@ -421,6 +421,37 @@ def state_memory(args, budgets: list[int]) -> None:
     report.save(figure)
 
 
+def archive_cost(args) -> None:
+    """The drain with the archive written and without, twice each in turns (the first pair
+    warms the machine's caches as much for one as for the other)."""
+    report = Report("pipeline_archive", "The cost of archiving every match")
+    lines = intrusions(args.events)
+    report.say(f"`python bench/pipeline.py --archive-cost --events {args.events}`: intrusion workload, batches of "
+               f"{args.batch_rows:,} rows; PENUMBRA_ARCHIVE_WRITE true against false, in turns")
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory(prefix="penumbra-bench-") as folder:
+        for turn in range(2):
+            for write in (False, True) if turn == 0 else (True, False):
+                run = throughput(lines, args.batch_rows, Path(folder) / f"{write}{turn}", archive_write=write)
+                runs[write].append(run)
+                archive = Path(folder) / f"{write}{turn}" / "job" / "var" / "archive"
+                size = sum(p.stat().st_size for p in archive.rglob("*.parquet")) if archive.exists() else 0
+                report.say(f"  archive {'on ' if write else 'off'}: warm {run['warm_events_per_s']:,.0f} events/s, "
+                           f"after the first batch {run['events_per_s']:,.0f}; {run['matches']:,} matches; sink's "
+                           f"archive write {run['stages_ms_per_batch'].get('sink_archive', 0):.1f} ms per batch; "
+                           f"archive {size / 1e6:.2f} MB")
+    best = {w: max(r["warm_events_per_s"] for r in rs) for w, rs in runs.items()}
+    report.say(f"best warm drain: on {best[True]:,.0f}, off {best[False]:,.0f} events/s: "
+               f"{best[True] / best[False]:.3f}x ({(1 - best[True] / best[False]) * 100:+.1f} % cost; target <= 10 %)")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    axis.bar(["off", "on"], [best[False], best[True]])
+    axis.set(title="warm drain, archive off and on", ylabel="events/s")
+    report.save(figure)
+
+
 def _group_rss_mb(leader: int) -> float:
     """Resident memory of every process in ``leader``'s process group (the job, its JVM, its Python workers)."""
     total = 0
@@ -456,7 +487,11 @@ def main() -> None:
         "only the cost of bounding the state stores' memory: the drain over --regions key values with "
         "PENUMBRA_STATE_MEMORY_MB at each value (0: no bound)"))
     parser.add_argument("--regions", type=int, default=10_000, help="key values of --state-memory's workload")
+    parser.add_argument("--archive-cost", action="store_true", help="only the drain with the archive and without")
     args = parser.parse_args()
+    if args.archive_cost:
+        archive_cost(args)
+        return
     if args.state_memory:
         state_memory(args, [int(mb) for mb in args.state_memory.split(",")])
         return

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from .alarms import instance_id, key_json
 
 __all__ = ["ArchiveFile", "ArchiveWriter", "SCHEMA", "day_of", "files", "live", "maintain", "queries",
-           "query_dir"]
+           "query_dir", "started"]
 
 SCHEMA = pa.schema([
     pa.field("id", pa.string()),        # the match's cursor, "<at>-<seq>": its live entry's id (null: near)
@@ -64,15 +64,26 @@ SCHEMA = pa.schema([
     pa.field("group", pa.int32()),      # the key group
 ])
 
-_BATCH = re.compile(r"^b-(?P<job>[A-Za-z0-9_.]+)-(?P<lo>\d+)\.parquet$")
-_COMPACTED = re.compile(r"^c-(?P<job>[A-Za-z0-9_.]+)-(?P<lo>\d+)-(?P<hi>\d+)\.parquet$")
+_JOB = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_BATCH = re.compile(r"^b-(?P<job>[A-Za-z0-9_.\-]+)-(?P<lo>\d{12,})\.parquet$")
+_COMPACTED = re.compile(r"^c-(?P<job>[A-Za-z0-9_.\-]+)-(?P<lo>\d{12,})-(?P<hi>\d{12,})\.parquet$")
 _DAY = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+#: the file holding when the archive began (ms): its first batch's time
+STARTED = "_started"
 #: seconds a file covered by a compacted one is kept before it is deleted
 GRACE_SECONDS = 60.0
 
 
 def day_of(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def started(root: Path) -> int | None:
+    """When the archive began (its first batch's time, ms), or None: nothing archived yet."""
+    try:
+        return int((Path(root) / STARTED).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def query_dir(root: Path, query: str) -> Path:
@@ -161,6 +172,8 @@ class ArchiveWriter:
     """The sink's writer: :meth:`write` one batch's rows of every query."""
 
     def __init__(self, root: Path, job: str, floor: float = 0.0):
+        if not _JOB.match(job):
+            raise ValueError(f"a job id names files: letters, digits, '_', '.', '-'; got {job!r}")
         self.root, self.job, self.floor = Path(root), job, floor
 
     def batch_time(self, client, keys, batch: int, now_ms: int) -> int:
@@ -182,6 +195,11 @@ class ArchiveWriter:
         histogram (bin's lower edge as text -> count). Returns the files written."""
         written = []
         day = day_of(at)
+        if not (self.root / STARTED).exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            temporary = self.root / f".tmp-{uuid.uuid4().hex}"
+            temporary.write_text(str(at))
+            os.replace(temporary, self.root / STARTED)
         for query in sorted({*matches, *near}):
             rows = list(matches.get(query, ()))
             bins = sorted((float(edge), int(n)) for edge, n in (near.get(query) or {}).items()

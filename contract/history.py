@@ -30,7 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .alarms import key_json
-from .archive import days, files, queries as archived_queries
+from .archive import files, queries as archived_queries, started
 from .entries import read_match
 
 __all__ = ["Filters", "History", "Period", "parse_cursor", "parse_time", "period_of"]
@@ -156,11 +156,11 @@ class History:
                 return None
             where.append('"key" IN (' + ", ".join("?" for _ in keys) + ")")
             args += keys
-        listed = ", ".join(f"'{str(p)}'" for p in paths)
+        listed = _listed(paths)
         return f"FROM read_parquet([{listed}]) WHERE {' AND '.join(where)}", args
 
     def _keys(self, paths: Sequence[Path]) -> list[str]:
-        listed = ", ".join(f"'{str(p)}'" for p in paths)
+        listed = _listed(paths)
         return [k for (k,) in self.db.execute(
             f"SELECT DISTINCT \"key\" FROM read_parquet([{listed}]) WHERE kind = 'match' AND \"key\" IS NOT NULL").fetchall()]
 
@@ -233,12 +233,13 @@ class History:
 
     def unavailable(self, query: str, filters: Filters, created: float | None, now_ms: int) -> list[dict]:
         """Parts of the period the history cannot serve: past the archive's retention, and
-        before the archive's first day of the query (when the query existed then and the
-        live tail does not reach back)."""
+        before the archive began (its first batch) where the live tail does not reach back
+        either. A query's matches begin when it was registered (``created``, seconds)."""
         out = []
-        since = filters.period.since if filters.period.since is not None else (
-            round(created * 1000) if created is not None else None)
+        since = filters.period.since
         until = filters.period.until if filters.period.until is not None else now_ms
+        if created is not None:
+            since = max(since, round(created * 1000)) if since is not None else round(created * 1000)
         if since is None or since >= until:
             return out
         if self.retention_days > 0:
@@ -248,36 +249,32 @@ class History:
                 out.append({"since": since, "until": min(cutoff, until),
                             "reason": f"past the archive's retention of {self.retention_days:g} days"})
                 since = cutoff
-        first = self._earliest(query)
-        oldest_live = self._oldest_live(query)
-        begins = min(x for x in (first, oldest_live) if x is not None) if (first or oldest_live) else until
-        if created is not None:
-            since = max(since, round(created * 1000))
-        if since < begins and since < until:
-            out.append({"since": since, "until": min(begins, until),
-                        "reason": "not in the archive (it holds nothing of the query before) nor in the live tail"})
+        began = started(self.root)
+        if began is None or since < began:
+            oldest_live = self._oldest_live(query)
+            # the live tail reaches back to its oldest entry when the stream holds any (else not at all)
+            known = [x for x in (began, oldest_live) if x is not None]
+            reach = min(known) if known else until
+            if since < reach:
+                out.append({"since": since, "until": min(reach, until),
+                            "reason": "before the archive began, and past what the live tail holds"})
         return out
 
-    def _earliest(self, query: str) -> int | None:
-        """When the archive's oldest row of the query was written."""
-        held = days(self.root, query)
-        if not held:
-            return None
-        start = _day_start(held[0])
-        paths = files(self.root, query, start, start)
-        if not paths:
-            return None
-        listed = ", ".join(f"'{str(p)}'" for p in paths)
-        return self._run(lambda: self.db.execute(f'SELECT min("at") FROM read_parquet([{listed}])').fetchall()[0][0])
-
     def _oldest_live(self, query: str) -> int | None:
+        """How far back the live tail reaches (ms): its oldest entry's time, 0 when the
+        stream was never trimmed (it holds every match), None when it holds nothing."""
         if self.redis is None:
             return None
         try:
-            found = self.redis.xrange(self.keys.matches(query), count=1)
-        except Exception:  # noqa: BLE001 - Redis away: the archive alone answers
+            info = self.redis.xinfo_stream(self.keys.matches(query))
+        except Exception:  # noqa: BLE001 - no stream, or Redis away: the archive alone answers
             return None
-        return parse_cursor(found[0][0].decode())[0] if found else None
+        if not info.get("length"):
+            return None
+        if int(info.get("entries-added", -1)) == int(info["length"]):
+            return 0
+        first = info.get("first-entry")
+        return parse_cursor(first[0].decode() if isinstance(first[0], bytes) else first[0])[0] if first else None
 
     # --- summaries ----------------------------------------------------------------------------
 
@@ -401,6 +398,11 @@ class History:
                 "near_misses": near_total, "archived": archived}
 
 
+def _listed(paths: Sequence[Path]) -> str:
+    """Paths as SQL string literals, comma separated."""
+    return ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+
+
 def _connect() -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB that reads Parquet and never fetches an extension."""
     return duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
@@ -422,10 +424,6 @@ def _row(item: dict) -> dict:
         "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "batch": item.get("batch"),
         "events": json.dumps(item["events"], separators=(",", ":")), "prob": item["prob"], "range_lo": rng[0],
         "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm")}
-
-
-def _day_start(day: str) -> int:
-    return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
 
 
 def _item(row: Sequence[Any]) -> dict:

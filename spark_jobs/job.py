@@ -132,7 +132,7 @@ class Job:
             GroupProcessor(url, keys.prefix, groups), OUTPUT, "Update", "None")
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen,
                     settings.dead_max_bytes, ArchiveWriter(settings.archive_dir, self.identity["job"],
-                                                           settings.archive_floor))
+                                                           settings.archive_floor) if settings.archive_write else None)
         self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
@@ -141,7 +141,8 @@ class Job:
             writer = writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
         self.query = writer.start()
         threading.Thread(target=self._heartbeat, name="penumbra-heartbeat", daemon=True).start()
-        threading.Thread(target=self._maintain_archive, name="penumbra-archive", daemon=True).start()
+        if settings.archive_write:
+            threading.Thread(target=self._maintain_archive, name="penumbra-archive", daemon=True).start()
         log.info("job %s started: redis %s, master %s, %d key groups, checkpoint %s", self.identity["job"],
                  url, settings.spark_master, groups, settings.checkpoint_dir)
         return self.query

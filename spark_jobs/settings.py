@@ -47,6 +47,8 @@ class JobSettings(SharedSettings):
         "memory all the RocksDB state stores of the process may use together (block cache and write buffers, "
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB with boundedMemoryUsage); what does not fit "
         "stays on local disk. 0: no bound (each store sizes its own cache and buffers)"))
+    archive_write: bool = Field(True, description=(
+        "archive every match (false: the history holds only the live tail of the result streams)"))
     archive_compact_seconds: float = Field(60.0, gt=0, description="how often the archive is compacted and expired")
     archive_compact_files: int = Field(50, ge=2, description=(
         "batch files of today that make a compaction (past days are compacted into one file each)"))

@@ -65,3 +65,15 @@ export async function draw(element, data, extraLayout, wanted = () => true) {
 export function purge(element) {
   if (window.Plotly && element && element._fullLayout) window.Plotly.purge(element);
 }
+
+/** Whether values look like milliseconds since the epoch (sensors' event times). */
+export function epochMs(values) {
+  const known = values.filter((v) => typeof v === "number" && Number.isFinite(v));
+  return known.length > 0 && known.every((v) => v > 1e12 && v < 1e13);
+}
+
+/** Milliseconds since the epoch as a Date, which Plotly draws in the browser's zone. */
+export const asDate = (ms) => (ms === null || ms === undefined ? ms : new Date(ms));
+
+/** An x axis of clock times (24-hour, the browser's zone). */
+export const TIME_AXIS = { type: "date", tickformat: "%H:%M:%S", hoverformat: "%H:%M:%S.%L" };

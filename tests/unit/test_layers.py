@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: third-party packages that belong to one side only
 SERVICE_ONLY = {"fastapi", "starlette", "uvicorn", "websockets"}
-JOB_ONLY = {"pyspark", "pandas", "pyarrow"}
-SERVICES = {"redis", "pydantic", "pydantic_settings"} | SERVICE_ONLY | JOB_ONLY
+JOB_ONLY = {"pyspark", "pandas"}
+#: the archive's (contract/archive.py, contract/history.py): the job writes it, the service reads it
+STORAGE = {"pyarrow", "duckdb"}
+SERVICES = {"redis", "pydantic", "pydantic_settings"} | SERVICE_ONLY | JOB_ONLY | STORAGE
 
 
 def part_of(module: str) -> str:

@@ -29,11 +29,17 @@ if not CHROMIUM.exists():
 
 
 @pytest.fixture(scope="session")
-def base_url(redis_server, tmp_path_factory):  # noqa: F811
+def archive_root(tmp_path_factory) -> Path:
+    """The archive the service reads (the tests write it as the job would)."""
+    return tmp_path_factory.mktemp("archive")
+
+
+@pytest.fixture(scope="session")
+def base_url(redis_server, archive_root, tmp_path_factory):  # noqa: F811
     """http:// URL of the service (API, websocket and dashboard) over the session's Redis."""
     server = ApiServer(redis_server.url, log=tmp_path_factory.mktemp("web") / "server.log", admin_token=ADMIN_TOKEN,
                        ws_poll=0.5, auth_failure_limit=100_000,
-                       write_rate_limit=100_000)
+                       write_rate_limit=100_000, archive=archive_root)
     try:
         yield server.start(timeout=60).url
     finally:

@@ -25,6 +25,13 @@ export function matchesAt(points, t) {
   return points[points.length - 1].matches;
 }
 
+const PERIODS = { "1h": "last hour", "24h": "last day", "7d": "last week" };
+
+/** A backtest's answer in the what-if's shape (its points keep their alarms). */
+function asWhatIf(found) {
+  return { ...found, batches: null, exact: true, near_miss_samples: 0 };  // matches: exact on the hundredths
+}
+
 export default {
   title: "Threshold tuner",
   mount(main, params) {
@@ -32,8 +39,12 @@ export default {
       <div class="view-head"><h1>Threshold tuner</h1></div>
       <div class="filters"><div><label for="tune-query">Query</label><select id="tune-query"></select></div>
         <div><label for="tune-batches">Window</label><select id="tune-batches">
+          <optgroup label="live">
           <option value="10">last 10 micro-batches</option><option value="50" selected>last 50 micro-batches</option>
-          <option value="200">last 200 micro-batches</option></select></div>
+          <option value="200">last 200 micro-batches</option></optgroup>
+          <optgroup label="backtest over the archive">
+          <option value="last:1h">last hour</option><option value="last:24h">last day</option>
+          <option value="last:7d">last week</option></optgroup></select></div>
         <button type="button" id="tune-reload">Reload</button></div>
       <section class="card stack" aria-labelledby="tune-title">
         <h2 id="tune-title">Matches at each threshold</h2>
@@ -82,6 +93,7 @@ export default {
     const applyButton = main.querySelector("#tune-apply");
     const rateChart = main.querySelector("#tune-rate");
     let whatIf = null;
+    let backtest = null;   // the archive's period ("1h", "24h", "7d"), or null: the live window
     let current = null;
     let drawn = false;
     const calibChart = main.querySelector("#calib-chart");
@@ -160,8 +172,9 @@ export default {
         change = now > 0 ? ` — ${Math.abs(Math.round((delta / now) * 100))} % ${delta <= 0 ? "fewer" : "more"} than now`
           : ` — ${delta > 0 ? "more" : "no change"} than now`;
       }
+      const alarms = backtest ? `, ${count(Math.round(matchesAt(whatIf.points.map((p) => ({ threshold: p.threshold, matches: p.alarms })), t)))} alarms` : "";
       preview.innerHTML = `At <strong>${percent(t)}</strong>: <strong data-testid="preview-count">${approx}${count(Math.round(at))}</strong>
-        ${Math.round(at) === 1 ? "match" : "matches"} in the window${now !== null ? ` (now ${count(Math.round(now))} at ${percent(current)})` : ""}${change}.`;
+        ${Math.round(at) === 1 ? "match" : "matches"}${alarms} in the ${backtest ? PERIODS[backtest] : "window"}${now !== null ? ` (now ${count(Math.round(now))} at ${percent(current)})` : ""}${change}.`;
       applyButton.disabled = current !== null && Math.abs(t - current) < 1e-9;
       if (drawn && chart.isConnected && chart._fullLayout) window.Plotly.relayout(chart, shapes(t));
     }
@@ -171,8 +184,11 @@ export default {
 
     function describe(details) {
       if (!details || typeof details !== "object") return "";
-      return Object.entries(details).map(([k, v]) => (k === "threshold" && typeof v === "number"
-        ? `threshold ${percent(v)}` : `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`)).join(", ");
+      return Object.entries(details).map(([k, v]) => {
+        if (k === "threshold" && typeof v === "number") return `threshold ${percent(v)}`;
+        if ((k === "until" || k === "at") && typeof v === "number") return `${k} ${clock(v > 1e12 ? v / 1000 : v)}`;
+        return `${k} ${typeof v === "object" ? JSON.stringify(v) : v}`;
+      }).join(", ");
     }
 
     async function loadAudit() {
@@ -196,8 +212,11 @@ export default {
       loadAudit();
       const entry = store.queries.get(id);
       current = entry?.threshold ?? null;
+      const windowed = main.querySelector("#tune-batches").value;
+      backtest = windowed.startsWith("last:") ? windowed.slice(5) : null;
       try {
-        whatIf = await get(`${q(id)}/what-if?steps=41&batches=${main.querySelector("#tune-batches").value}`);
+        whatIf = backtest ? asWhatIf(await get(`${q(id)}/backtest?steps=41&last=${encodeURIComponent(backtest)}`))
+          : await get(`${q(id)}/what-if?steps=41&batches=${windowed}`);
       } catch (error) {
         notify(`What-if of ${id}: ${error.message}`, { bad: true });
         return;
@@ -206,7 +225,11 @@ export default {
       slider.min = String(Math.floor(whatIf.floor * 1000) / 10);
       slider.max = "100";
       slider.value = String((current ?? whatIf.floor) * 100);
-      main.querySelector("#tune-window").textContent = whatIf.batches
+      main.querySelector("#tune-window").textContent = backtest
+        ? `Backtest over the ${PERIODS[backtest]} of the archive: ${count(whatIf.matches)} matches and `
+          + `${count(whatIf.near_misses)} near misses; alarms are the episodes that would have opened`
+          + `${whatIf.points.some((p) => !p.exact) ? " (at least that many where near misses reach the threshold: they carry no key)" : ""}.`
+        : whatIf.batches
         ? `${count(whatIf.batches)} micro-batches: ${count(whatIf.matches)} matches and ${count(whatIf.near_misses)} near misses `
           + `(candidates between the floor ${percent(whatIf.floor)} and the threshold)${whatIf.exact ? "" : "; counts below the current threshold are scaled from samples"}.`
         : "No micro-batch observed for this query yet: the chart fills as the job runs.";
@@ -216,14 +239,20 @@ export default {
       }
       const colours = palette();
       const t = Number(slider.value) / 100;
-      await draw(chart, [{
+      const traces = [{
         x: whatIf.points.map((p) => p.threshold * 100), y: whatIf.points.map((p) => p.matches),
         type: "scatter", mode: "lines+markers", name: "matches", line: { color: colours.accent, shape: "linear" },
         hovertemplate: "%{x:.1f} %: %{y:,.0f} matches<extra></extra>",
-      }], {
+      }];
+      if (backtest) {
+        traces.push({ x: whatIf.points.map((p) => p.threshold * 100), y: whatIf.points.map((p) => p.alarms),
+          type: "scatter", mode: "lines+markers", name: "alarms", line: { color: colours.danger, dash: "dot" },
+          hovertemplate: "%{x:.1f} %: %{y:,.0f} alarms<extra></extra>" });
+      }
+      await draw(chart, traces, {
         xaxis: { title: { text: "threshold (%)" }, range: [whatIf.floor * 100 - 1, 101] },
-        yaxis: { title: { text: "matches in the window" }, rangemode: "tozero" },
-        showlegend: false, ...shapes(t),
+        yaxis: { title: { text: backtest ? `in the ${PERIODS[backtest]}` : "matches in the window" }, rangemode: "tozero" },
+        showlegend: !!backtest, ...shapes(t),
       });
       drawn = true;
       updatePreview();

@@ -5,8 +5,8 @@
 // probing ranges the job recorded for recently arrived events.
 
 import { get, post, q } from "../../api.js";
-import { count, esc, number, percent } from "../../format.js";
-import { draw, palette, purge } from "../../charts.js";
+import { count, dataTime, esc, percent } from "../../format.js";
+import { TIME_AXIS, asDate, draw, epochMs, palette, purge } from "../../charts.js";
 import { store } from "../../store.js";
 
 const REGIONS = [["lpr", "LPR", "left probing range"], ["sr", "SR", "safe range"], ["rpr", "RPR", "right probing range"]];
@@ -148,6 +148,9 @@ export function mountJoin(panel, chosenQuery) {
     const xs = curve.x;
     const lo = xs[0];
     const hi = xs[xs.length - 1];
+    // event times in milliseconds since the epoch are drawn as clock times
+    const timed = epochMs([lo, hi]);
+    const at = timed ? asDate : (v) => v;
     const clip = (v, fallback) => (v === null || v === undefined ? fallback : Math.min(hi, Math.max(lo, v)));
     const shapes = [];
     const annotations = [];
@@ -157,8 +160,9 @@ export function mountJoin(panel, chosenQuery) {
       const x0 = clip(range[0], lo);
       const x1 = clip(range[1], hi);
       if (x1 <= x0) continue;
-      shapes.push({ type: "rect", xref: "x", yref: "paper", x0, x1, y0: 0, y1: 1, fillcolor: FILL[key], line: { width: 0 }, layer: "below" });
-      annotations.push({ x: (x0 + x1) / 2, y: 1, yref: "paper", yanchor: "bottom", showarrow: false, text: `<b>${label}</b>`,
+      shapes.push({ type: "rect", xref: "x", yref: "paper", x0: at(x0), x1: at(x1), y0: 0, y1: 1, fillcolor: FILL[key],
+        line: { width: 0 }, layer: "below" });
+      annotations.push({ x: at((x0 + x1) / 2), y: 1, yref: "paper", yanchor: "bottom", showarrow: false, text: `<b>${label}</b>`,
         hovertext: words, font: { color: colours.text } });
     }
     shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: curve.threshold, y1: curve.threshold,
@@ -167,21 +171,21 @@ export function mountJoin(panel, chosenQuery) {
       text: `threshold ${percent(curve.threshold)}`, font: { color: colours.danger } });
     const dashes = ["solid", "dot", "dashdot", "longdash", "longdashdot"];
     const data = Object.entries(curve.curves).map(([name, ys], i) => ({
-      x: xs, y: ys, type: "scatter", mode: "lines", name: `partner ${name}`, line: { width: 2, dash: dashes[i % dashes.length] },
-      hovertemplate: `partner ${esc(name)}: %{y:.1%} at %{x:,.1f}<extra></extra>`,
+      x: xs.map(at), y: ys, type: "scatter", mode: "lines", name: `partner ${name}`, line: { width: 2, dash: dashes[i % dashes.length] },
+      hovertemplate: `partner ${esc(name)}: %{y:.1%} at %{x${timed ? "" : ":,.1f"}}<extra></extra>`,
     }));
     const names = { lpr: "in LPR", sr: "in SR", rpr: "in RPR", none: "outside the ranges" };
     for (const key of ["lpr", "sr", "rpr", "none"]) {
       const points = (curve.partners ?? []).filter((p) => (p.partition ?? "none") === key && p.x >= lo && p.x <= hi);
       if (!points.length) continue;
       const [colour, symbol] = MARKER[key];
-      data.push({ x: points.map((p) => p.x), y: points.map((p) => p.prob), text: points.map((p) => p.id),
+      data.push({ x: points.map((p) => at(p.x)), y: points.map((p) => p.prob), text: points.map((p) => p.id),
         type: "scatter", mode: "markers", name: `buffered partners ${names[key]}`,
         marker: { color: colour, symbol, size: 10, line: { width: 1, color: colours.text } },
-        hovertemplate: `%{text}: %{y:.1%} at %{x:,.1f} (${names[key]})<extra></extra>` });
+        hovertemplate: `%{text}: %{y:.1%} at %{x${timed ? "" : ":,.1f"}} (${names[key]})<extra></extra>` });
     }
     await draw(chart, data, {
-      xaxis: { title: { text: "partner's max time" } },
+      xaxis: timed ? { ...TIME_AXIS, title: { text: "partner's max time (local clock)" } } : { title: { text: "partner's max time" } },
       yaxis: { title: { text: "join probability" }, range: [0, 1.05], tickformat: ".0%" },
       shapes, annotations, margin: { l: 60, r: 16, t: 36, b: 48 },
     }, () => mine === latestCurve);
@@ -192,7 +196,8 @@ export function mountJoin(panel, chosenQuery) {
       + `${count(shown)} of ${count((curve.partners ?? []).length)} buffered partners the job reported lie in view.`;
     $("#ins-ranges").innerHTML = `<table class="responsive"><thead><tr><th scope="col">Region</th><th scope="col">From</th><th scope="col">To</th></tr></thead><tbody>`
       + REGIONS.map(([key, label, words]) => `<tr><td data-label="Region"><strong>${label}</strong> <span class="muted small">${words}</span></td>`
-        + `<td data-label="From" class="num">${number(curve[key]?.[0] ?? null)}</td><td data-label="To" class="num">${curve[key]?.[1] === null ? "unbounded" : number(curve[key]?.[1])}</td></tr>`).join("")
+        + `<td data-label="From" class="num">${curve[key]?.[0] === null ? "unbounded" : dataTime(curve[key]?.[0] ?? null)}</td>`
+        + `<td data-label="To" class="num">${curve[key]?.[1] === null ? "unbounded" : dataTime(curve[key]?.[1] ?? null)}</td></tr>`).join("")
       + `</tbody></table>`;
   }
 
@@ -204,8 +209,8 @@ export function mountJoin(panel, chosenQuery) {
       $("#ins-samples").innerHTML = `<p class="muted">None recorded yet for this query (the job records a few arriving events per micro-batch).</p>`;
       return;
     }
-    const cell = (r, i) => (r ? (r[i] === null ? "unbounded" : number(r[i])) : "—");
-    $("#ins-samples").innerHTML = `<p class="muted small">Micro-batch ${count(latest.batch)}, watermark ${number(latest.value.watermark)}.</p>
+    const cell = (r, i) => (r ? (r[i] === null ? "unbounded" : dataTime(r[i])) : "—");
+    $("#ins-samples").innerHTML = `<p class="muted small">Micro-batch ${count(latest.batch)}, watermark ${dataTime(latest.value.watermark)}.</p>
       <table class="responsive"><thead><tr><th scope="col">Event</th><th scope="col">LPR</th><th scope="col">SR</th><th scope="col">RPR</th></tr></thead><tbody>`
       + samples.map((s) => `<tr><td data-label="Event">${esc(s.stream)} ${esc(s.id)}</td>`
         + ["lpr", "sr", "rpr"].map((k) => `<td data-label="${k.toUpperCase()}" class="num">${cell(s[k], 0)} – ${cell(s[k], 1)}</td>`).join("")

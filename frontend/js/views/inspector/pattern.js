@@ -3,8 +3,8 @@
 // observations).
 
 import { get, q } from "../../api.js";
-import { count, esc, likelihood, number, percent } from "../../format.js";
-import { draw, palette, purge } from "../../charts.js";
+import { count, dataTime, esc, likelihood, percent } from "../../format.js";
+import { TIME_AXIS, asDate, draw, epochMs, palette, purge } from "../../charts.js";
 
 const matchChart = (panel) => panel.querySelector("#match-chart");
 
@@ -30,19 +30,24 @@ export async function showPattern(panel, entry) {
     const m = found[Number($("#ins-match").value)];
     const variables = Object.keys(m.intervals ?? m.events);
     const colours = palette();
+    // event times in milliseconds since the epoch are drawn as clock times
+    const timed = epochMs([...(m.range ?? []), ...variables.flatMap((v) => m.intervals?.[v] ?? [])]);
+    const at = timed ? asDate : (v) => v;
     const bar = (key, name, width, colour) => ({
       type: "bar", orientation: "h", name, y: variables,
-      base: variables.map((v) => m[key]?.[v]?.[0] ?? null),
-      x: variables.map((v) => (m[key]?.[v] ? m[key][v][1] - m[key][v][0] || 0.5 : null)),
-      width, marker: { color: colour }, hovertemplate: `%{y}: %{base:,.1f} – %{customdata:,.1f}<extra>${name}</extra>`,
-      customdata: variables.map((v) => m[key]?.[v]?.[1] ?? null),
+      base: variables.map((v) => at(m[key]?.[v]?.[0] ?? null)),
+      x: variables.map((v) => (m[key]?.[v] ? m[key][v][1] - m[key][v][0] || (timed ? 50 : 0.5) : null)),
+      width, marker: { color: colour },
+      hovertemplate: `%{y}: %{customdata[0]} – %{customdata[1]}<extra>${name}</extra>`,
+      customdata: variables.map((v) => (m[key]?.[v] ? [dataTime(m[key][v][0]), dataTime(m[key][v][1])] : ["—", "—"])),
     });
-    const shapes = m.range ? [{ type: "rect", xref: "x", yref: "paper", x0: m.range[0], x1: m.range[1], y0: 0, y1: 1,
+    const shapes = m.range ? [{ type: "rect", xref: "x", yref: "paper", x0: at(m.range[0]), x1: at(m.range[1]), y0: 0, y1: 1,
       fillcolor: "rgba(31,95,191,0.10)", line: { color: colours.accent, dash: "dot" }, layer: "below" }] : [];
     draw(matchChart(panel), [bar("intervals", "occurrence interval", 0.6, colours.muted), bar("valid", "valid interval", 0.3, colours.accent)], {
-      barmode: "overlay", xaxis: { title: { text: "time" } }, yaxis: { autorange: "reversed", type: "category" },
-      shapes, annotations: m.range ? [{ x: (m.range[0] + m.range[1]) / 2, y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
-        text: `match range ${number(m.range[0])} – ${number(m.range[1])}` }] : [],
+      barmode: "overlay", xaxis: timed ? { ...TIME_AXIS, title: { text: "time (local clock)" } } : { title: { text: "time" } },
+      yaxis: { autorange: "reversed", type: "category" },
+      shapes, annotations: m.range ? [{ x: at((m.range[0] + m.range[1]) / 2), y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
+        text: `match range ${dataTime(m.range[0])} – ${dataTime(m.range[1])}` }] : [],
       margin: { l: 60, r: 16, t: 30, b: 48 },
     });
     $("#match-note").innerHTML = `Confidence <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that
