@@ -193,6 +193,8 @@ class MatchOut(BaseModel):
     at: float = Field(description="when it was written, seconds since the epoch")
     alarm: str | None = Field(None, description="the alarm instance (query and key) it counts for")
     key: dict[str, Any] | None = Field(None, description="what it is about: its query's key, e.g. {\"region\": 17}")
+    times: dict[str, list[float]] | None = Field(None, description=(
+        "each matched event's time support by variable, [earliest, latest], in the events' own unit"))
 
 
 class AuditOut(BaseModel):

@@ -59,6 +59,7 @@ SCHEMA = pa.schema([
     pa.field("count", pa.int64()),      # 1 for a match; a near row: candidates in its bin
     pa.field("range_lo", pa.float64()),  # a pattern match's time range
     pa.field("range_hi", pa.float64()),
+    pa.field("times", pa.string()),     # JSON {variable: [earliest, latest]}: the events' time supports
     pa.field("key", pa.string()),       # the key's canonical JSON (null: a query without one)
     pa.field("alarm", pa.string()),     # the alarm instance
     pa.field("group", pa.int32()),      # the key group
@@ -191,7 +192,7 @@ class ArchiveWriter:
     def write(self, batch: int, at: int, matches: dict[str, Sequence[tuple]],
               near: dict[str, dict[str, int]]) -> list[Path]:
         """Writes each query's rows of the batch: ``matches[q]`` as ``(match JSON, key
-        group, key, probability)`` in their live order, ``near[q]`` the batch's near-miss
+        group, key, probability[, times])`` in their live order, ``near[q]`` the batch's near-miss
         histogram (bin's lower edge as text -> count). Returns the files written."""
         written = []
         day = day_of(at)
@@ -207,8 +208,8 @@ class ArchiveWriter:
             if not rows and not bins:
                 continue
             count = len(rows) + len(bins)
-            ids, events, probs, lo, hi, keys, alarms, groups = [], [], [], [], [], [], [], []
-            for seq, (data, group, key, prob) in enumerate(rows):
+            ids, events, probs, lo, hi, keys, alarms, groups, times = [], [], [], [], [], [], [], [], []
+            for seq, (data, group, key, prob, *known) in enumerate(rows):
                 match = json.loads(data)
                 spelled = key_json(key)
                 rng = match.get("range")
@@ -220,6 +221,7 @@ class ArchiveWriter:
                 keys.append(spelled)
                 alarms.append(instance_id(query, key, spelled))
                 groups.append(int(group))
+                times.append(json.dumps(known[0], separators=(",", ":")) if known and known[0] else None)
             for edge, _ in bins:
                 ids.append(None)
                 events.append(None)
@@ -229,11 +231,13 @@ class ArchiveWriter:
                 keys.append(None)
                 alarms.append(None)
                 groups.append(None)
+                times.append(None)
             table = pa.table({
                 "id": ids, "at": [at] * count, "seq": list(range(count)), "batch": [batch] * count,
                 "job": [self.job] * count, "kind": ["match"] * len(rows) + ["near"] * len(bins),
                 "events": events, "prob": probs, "count": [1] * len(rows) + [n for _, n in bins],
-                "range_lo": lo, "range_hi": hi, "key": keys, "alarm": alarms, "group": groups}, schema=SCHEMA)
+                "range_lo": lo, "range_hi": hi, "times": times, "key": keys, "alarm": alarms, "group": groups},
+                schema=SCHEMA)
             target = query_dir(self.root, query) / f"date={day}" / f"b-{self.job}-{batch:012d}.parquet"
             _atomic_write(table, target)
             written.append(target)

@@ -151,12 +151,14 @@ def read_dead(fields: dict) -> dict:
 
 # --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
 
-def match_entry(match: bytes, batch: int, group: int, instance: str, key: str | None) -> dict:
+def match_entry(match: bytes, batch: int, group: int, instance: str, key: str | None,
+                times: dict | None = None) -> dict:
     """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
     and the key group that found it, its alarm instance and the instance's key (canonical
-    JSON, ``null`` for none: :mod:`contract.alarms`). The sink appends these by script
-    (:func:`contract.results.queue_matches`), in this shape."""
-    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null"}
+    JSON, ``null`` for none: :mod:`contract.alarms`), its events' time supports by
+    variable (:attr:`penumbra.operator.Match.times`, ``null`` when not known). The sink
+    appends these by script (:func:`contract.results.queue_matches`), in this shape."""
+    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null", "t": encode(times)}
 
 
 def _batch(fields: dict) -> int | None:
@@ -169,11 +171,13 @@ def match_value(fields: dict) -> dict:
 
 
 def read_match(entry_id: bytes, fields: dict) -> dict:
-    """One match entry: its cursor, events, probability, range (patterns), batch and time."""
+    """One match entry: its cursor, events, probability, range (patterns), batch, time,
+    alarm instance, key and events' time supports."""
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
-            "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None}
+            "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None,
+            "times": json.loads(fields[b"t"]) if b"t" in fields else None}
 
 
 def observation_entry(record: dict, batch: int) -> dict:

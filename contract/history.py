@@ -35,8 +35,7 @@ from .entries import read_match
 
 __all__ = ["Filters", "History", "Period", "parse_cursor", "parse_time", "period_of"]
 
-_MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm'
-EXPORT_COLUMNS = ["id", "at", "time", "batch", "events", "prob", "range_lo", "range_hi", "key", "alarm"]
+_MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm, times'
 _DAY_MS = 86_400_000
 
 
@@ -157,12 +156,12 @@ class History:
             where.append('"key" IN (' + ", ".join("?" for _ in keys) + ")")
             args += keys
         listed = _listed(paths)
-        return f"FROM read_parquet([{listed}]) WHERE {' AND '.join(where)}", args
+        return f"FROM read_parquet([{listed}], union_by_name = true) WHERE {' AND '.join(where)}", args
 
     def _keys(self, paths: Sequence[Path]) -> list[str]:
         listed = _listed(paths)
         return [k for (k,) in self.db.execute(
-            f"SELECT DISTINCT \"key\" FROM read_parquet([{listed}]) WHERE kind = 'match' AND \"key\" IS NOT NULL").fetchall()]
+            f"SELECT DISTINCT \"key\" FROM read_parquet([{listed}], union_by_name = true) WHERE kind = 'match' AND \"key\" IS NOT NULL").fetchall()]
 
     def _run(self, build):
         """Runs a read; a file compacted away under it is listed again (twice at most)."""
@@ -323,7 +322,8 @@ class History:
         sink = io.BytesIO()
         schema = pa.schema([("id", pa.string()), ("at", pa.int64()), ("time", pa.string()), ("batch", pa.int64()),
                             ("events", pa.string()), ("prob", pa.float64()), ("range_lo", pa.float64()),
-                            ("range_hi", pa.float64()), ("key", pa.string()), ("alarm", pa.string())])
+                            ("range_hi", pa.float64()), ("key", pa.string()), ("alarm", pa.string()),
+                            ("times", pa.string())])
         writer = (pq.ParquetWriter(sink, schema, compression="zstd") if fmt == "parquet"
                   else pacsv.CSVWriter(sink, schema))
         top = None
@@ -333,7 +333,7 @@ class History:
             # a connection of its own: the stream is read on whatever thread consumes it
             reader = _connect().sql(
                 f"SELECT id, \"at\", strftime(make_timestamp(\"at\" * 1000), '%Y-%m-%dT%H:%M:%S.%gZ') AS time, batch, "
-                f"events, prob, range_lo, range_hi, \"key\", alarm {sql} ORDER BY \"at\", seq", params=args
+                f"events, prob, range_lo, range_hi, \"key\", alarm, times {sql} ORDER BY \"at\", seq", params=args
             ).to_arrow_reader(rows_per_chunk)
             for batch in reader:
                 writer.write_table(pa.Table.from_batches([batch]).cast(schema))
@@ -423,11 +423,12 @@ def _row(item: dict) -> dict:
     return {"id": item["id"], "at": at, "time": dt.datetime.fromtimestamp(at / 1000, dt.timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "batch": item.get("batch"),
         "events": json.dumps(item["events"], separators=(",", ":")), "prob": item["prob"], "range_lo": rng[0],
-        "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm")}
+        "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm"),
+        "times": json.dumps(item["times"], separators=(",", ":")) if item.get("times") else None}
 
 
 def _item(row: Sequence[Any]) -> dict:
-    match_id, at, seq, batch, events, prob, lo, hi, key, alarm = row
+    match_id, at, seq, batch, events, prob, lo, hi, key, alarm, times = row
     return {"id": match_id, "events": json.loads(events), "prob": prob,
             "range": [lo, hi] if lo is not None else None, "batch": batch, "at": at / 1000.0,
-            "alarm": alarm, "key": json.loads(key) if key else None}
+            "alarm": alarm, "key": json.loads(key) if key else None, "times": json.loads(times) if times else None}

@@ -51,13 +51,16 @@ class Match:
     ``A.region = B.region``, a pattern's partition attribute, a lossy query's hash
     attribute) by the attribute names of the query's first keyed variable, e.g.
     ``{"region": 17}``; ``None`` for a query without one. Alarms are kept per query and
-    key. It is not part of the match's JSON (``penumbra eval`` prints events and
-    probability) and two matches that differ only in it are equal."""
+    key. ``times`` gives each matched event's time support by variable, ``(earliest,
+    latest)`` (a histogram's first edge and max time, an interval's bounds, in the events'
+    own unit). Neither is part of the match's JSON (``penumbra eval`` prints events and
+    probability), and two matches that differ only in them are equal."""
 
     events: dict[str, str]
     prob: float
     range: tuple[float, float] | None = None
     key: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    times: dict[str, tuple[float, float]] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"events": dict(self.events), "prob": self.prob}

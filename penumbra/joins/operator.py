@@ -53,10 +53,10 @@ class JoinMatches(Sequence[Match]):
     from the block's arrivals: every match of a block pairs at least one event that
     arrived in it, and both events of a pair share the key."""
 
-    def __init__(self, names: tuple[str, str], parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
                  key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None):
         self.names = names
-        self._parts = parts          # (A ids, A rows, B ids, B rows, probabilities)
+        self._parts = parts          # (A's rows, A's indices, B's rows, B's indices, probabilities)
         self._length = sum(len(part[4]) for part in parts)
         self._key_names = key_names
         self._arrivals = arrivals if key_names else None
@@ -66,11 +66,18 @@ class JoinMatches(Sequence[Match]):
 
     @cached_property
     def a_ids(self) -> np.ndarray:
-        return self._gather(0)
+        return self._gather(0, "ids")
 
     @cached_property
     def b_ids(self) -> np.ndarray:
-        return self._gather(2)
+        return self._gather(2, "ids")
+
+    @cached_property
+    def times(self) -> list[dict[str, tuple[float, float]]]:
+        """Each match's :attr:`Match.times`: both events' supports (first edge, max time)."""
+        a, b = self.names
+        bounds = [self._gather(k, side).tolist() for k in (0, 2) for side in ("lo", "hi")]
+        return [{a: (a_lo, a_hi), b: (b_lo, b_hi)} for a_lo, a_hi, b_lo, b_hi in zip(*bounds)]
 
     @cached_property
     def probs(self) -> np.ndarray:
@@ -97,21 +104,22 @@ class JoinMatches(Sequence[Match]):
         return [dict(zip(names, arrived_a[a] if a in arrived_a else arrived_b[b]))
                 for a, b in zip(self.a_ids.tolist(), self.b_ids.tolist())]
 
-    def _gather(self, k: int) -> np.ndarray:
+    def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
-            return np.empty(0, dtype=object)
-        return np.concatenate([part[k][part[k + 1]] for part in self._parts])
+            return np.empty(0, dtype=object if column == "ids" else float)
+        return np.concatenate([getattr(part[k], column)[part[k + 1]] for part in self._parts])
 
     def __getitem__(self, k):
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
         return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]),
-                     key=self.keys[k])
+                     key=self.keys[k], times=self.times[k])
 
     def __iter__(self) -> Iterator[Match]:
         a, b = self.names
-        for a_id, b_id, prob, key in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(), self.keys):
-            yield Match({a: a_id, b: b_id}, prob, key=key)
+        for a_id, b_id, prob, key, times in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(),
+                                                self.keys, self.times):
+            yield Match({a: a_id, b: b_id}, prob, key=key, times=times)
 
 
 @dataclass

@@ -130,7 +130,7 @@ class Strategies:
         if len(ia):
             self.totals["pairs"] += len(ia)
             self.totals["certain"] += len(ia)
-            matches.append((pairs.a.ids, ia, pairs.b.ids, ib, np.ones(len(ia))))
+            matches.append((pairs.a, ia, pairs.b, ib, np.ones(len(ia))))
 
     def _probe(self, pairs: _Pairs, matches, near, *, exhaustive: bool = False) -> None:
         """Decide candidate pairs: void and certain pairs by their supports, template pairs by
@@ -167,7 +167,7 @@ class Strategies:
             self._near_misses(a, b, ia[missed], ib[missed], probs[missed], near)
         hit = np.flatnonzero(probs >= self.threshold)
         if len(hit):
-            matches.append((a.ids, ia[hit], b.ids, ib[hit], probs[hit]))
+            matches.append((a, ia[hit], b, ib[hit], probs[hit]))
 
     def _templates_decide(self, a: Rows, b: Rows, ia, ib, probed: np.ndarray, near) -> np.ndarray:
         """Theorem 2 for template pairs: drop the violated ones (counting near misses with

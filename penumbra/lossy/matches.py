@@ -255,7 +255,8 @@ class MatchGeneration:
     def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
         """Report a match (its observed events, in the query's order) and learn its gaps."""
         out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score,
-                                 key=self._match_key(path)))
+                                 key=self._match_key(path),
+                                 times={self.state_vars[s]: (path[s][1].ts.lo, path[s][1].ts.hi) for s in sorted(path)}))
         self.totals["matches"] += 1
         for s in range(1, len(self.positives)):
             var = self.state_vars[s]

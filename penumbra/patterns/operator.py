@@ -283,7 +283,8 @@ class PatternOperator(Operator):
             events = match.events
             emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
                             (first * unit, last * unit),
-                            key={partition[0]: events[0].attrs.get(partition[0])} if partition else None)
+                            key={partition[0]: events[0].attrs.get(partition[0])} if partition else None,
+                            times={v: (events[j].lo * unit, events[j].hi * unit) for v, j in zip(names, returned)})
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))
