@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from contract.archive import SCHEMA, files, query_dir  # noqa: E402
+from contract.archive import ROW_GROUP, SCHEMA, files, query_dir  # noqa: E402
 from contract.history import Filters, History, Period  # noqa: E402
 
 DAY = 86_400_000
@@ -68,16 +68,18 @@ def build(root: Path, matches: int, keys: int, seed: int = 1) -> tuple[int, int]
         folder.mkdir(parents=True, exist_ok=True)
         first, last = int(batch[0] + day * batches), int(batch[-1] + day * batches)
         if day < 6:
-            pq.write_table(table, folder / f"c-j-{first:012d}-{last:012d}.parquet", compression="zstd")
+            pq.write_table(table, folder / f"c-j-{first:012d}-{last:012d}.parquet", compression="zstd",
+                           row_group_size=ROW_GROUP)
         else:
             # today: the latest 200 batches still as the sink writes them, one file each
             cut = int(np.searchsorted(batch, batch[-1] - 200))
             pq.write_table(table.slice(0, cut), folder / f"c-j-{first:012d}-{int(batch[cut - 1]) + day * batches:012d}"
-                                                       f".parquet", compression="zstd")
+                                                       f".parquet", compression="zstd", row_group_size=ROW_GROUP)
             rest = table.slice(cut)
             for b in np.unique(batch[cut:]):
                 part = rest.filter(pc.equal(rest.column("batch"), int(b) + day * batches))
-                pq.write_table(part, folder / f"b-j-{int(b) + day * batches:012d}.parquet", compression="zstd")
+                pq.write_table(part, folder / f"b-j-{int(b) + day * batches:012d}.parquet", compression="zstd",
+                               row_group_size=ROW_GROUP)
     return start, start + 7 * DAY
 
 
@@ -123,6 +125,8 @@ def main() -> None:
             lambda: history.summary(QUERY, week, 3_600_000), repeat=3)
         thresholds = list(np.linspace(0.6, 1.0, 20))
         figures["backtest (week, 20 thresholds)"], backtest = timed(
+            lambda: history.backtest(QUERY, week, thresholds, None), repeat=3)
+        figures["backtest (week, 20 thresholds, auto-resolve)"], _ = timed(
             lambda: history.backtest(QUERY, week, thresholds, 10 * 60_000), repeat=3)
         assert summary["total"] == args.matches and backtest["matches"][0] == args.matches
         assert len(items) == 500 and deep[0]["at"] * 1000 >= since + 3 * DAY + DAY // 2

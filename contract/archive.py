@@ -69,6 +69,8 @@ _JOB = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _BATCH = re.compile(r"^b-(?P<job>[A-Za-z0-9_.\-]+)-(?P<lo>\d{12,})\.parquet$")
 _COMPACTED = re.compile(r"^c-(?P<job>[A-Za-z0-9_.\-]+)-(?P<lo>\d{12,})-(?P<hi>\d{12,})\.parquet$")
 _DAY = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+#: rows per Parquet row group: a reader skips the groups outside the times it asks for
+ROW_GROUP = 65_536
 #: the file holding when the archive began (ms): its first batch's time
 STARTED = "_started"
 #: seconds a file covered by a compacted one is kept before it is deleted
@@ -157,7 +159,7 @@ def _atomic_write(table: pa.Table, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.parent / f".tmp-{uuid.uuid4().hex}.parquet"
     try:
-        pq.write_table(table, temporary, compression="zstd")
+        pq.write_table(table, temporary, compression="zstd", row_group_size=ROW_GROUP)
         with open(temporary, "rb") as written:
             os.fsync(written.fileno())
         os.replace(temporary, target)

@@ -30,7 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .alarms import key_json
-from .archive import files, queries as archived_queries, started
+from .archive import day_of, days, files, queries as archived_queries, started
 from .entries import read_match
 
 __all__ = ["Filters", "History", "Period", "parse_cursor", "parse_time", "period_of"]
@@ -150,13 +150,25 @@ class History:
             where.append("prob >= ?")
             args.append(filters.min_prob)
         if filters.key is not None and kind == "match":
-            keys = [k for k in self._keys(paths) if key_matches(k, filters.key)]
-            if not keys:
-                return None
-            where.append('"key" IN (' + ", ".join("?" for _ in keys) + ")")
-            args += keys
+            sample = self._sample_key(paths)
+            if sample is not None and set(json.loads(sample)) == set(filters.key):
+                # every attribute of the query's key named: one canonical key, compared as it is stored
+                where.append('"key" = ?')
+                args.append(key_json(filters.key))
+            else:
+                keys = [k for k in self._keys(paths) if key_matches(k, filters.key)]
+                if not keys:
+                    return None
+                where.append('"key" IN (' + ", ".join("?" for _ in keys) + ")")
+                args += keys
         listed = _listed(paths)
         return f"FROM read_parquet([{listed}], union_by_name = true) WHERE {' AND '.join(where)}", args
+
+    def _sample_key(self, paths: Sequence[Path]) -> str | None:
+        """One key of the files (a query's keys all have the same attributes), or None."""
+        found = self.db.execute(f"SELECT \"key\" FROM read_parquet([{_listed(paths)}], union_by_name = true) "
+                                f"WHERE kind = 'match' AND \"key\" IS NOT NULL LIMIT 1").fetchall()
+        return found[0][0] if found else None
 
     def _keys(self, paths: Sequence[Path]) -> list[str]:
         listed = _listed(paths)
@@ -200,15 +212,38 @@ class History:
         return _item(row[0]) if row else None
 
     def _archived_page(self, query: str, filters: Filters, count: int, cursor) -> list[dict]:
-        source = self._source(query, filters)
-        if source is None:
-            return []
-        sql, args = source
+        """The archive's next ``count`` matches after ``cursor``, a day's files at a time
+        (a row's day is its time's), each day in two steps: the page's places ordered on
+        the narrow columns, then its rows read within their time span only."""
+        since, until = filters.period.since, filters.period.until
         if cursor is not None:
-            sql += ' AND ("at" > ? OR ("at" = ? AND seq > ?))'
-            args = [*args, cursor[0], cursor[0], cursor[1]]
-        rows = self.db.execute(f"SELECT {_MATCH_COLUMNS} {sql} ORDER BY \"at\", seq LIMIT {int(count)}", args).fetchall()
-        return [_item(row) for row in rows]
+            since = max(since, cursor[0]) if since is not None else cursor[0]
+        first = day_of(since) if since is not None else None
+        last = day_of(until - 1) if until is not None else None
+        out: list[dict] = []
+        for day in days(self.root, query):
+            if (first and day < first) or (last and day > last):
+                continue
+            start = _day_start(day)
+            lo = start if since is None else max(since, start)
+            hi = start + _DAY_MS if until is None else min(until, start + _DAY_MS)
+            source = self._source(query, Filters(Period(lo, hi), filters.key, filters.min_prob))
+            if source is None:
+                continue
+            sql, args = source
+            if cursor is not None:
+                sql += ' AND "at" >= ? AND ("at" > ? OR seq > ?)'
+                args = [*args, cursor[0], cursor[0], cursor[1]]
+            need = count - len(out)
+            places = self.db.execute(f'SELECT "at" {sql} ORDER BY "at", seq LIMIT {int(need)}', args).fetchall()
+            if not places:
+                continue
+            rows = self.db.execute(f'SELECT {_MATCH_COLUMNS} {sql} AND "at" BETWEEN ? AND ? ORDER BY "at", seq '
+                                   f'LIMIT {int(need)}', [*args, places[0][0], places[-1][0]]).fetchall()
+            out += [_item(row) for row in rows]
+            if len(out) >= count:
+                break
+        return out
 
     def _live_page(self, query: str, filters: Filters, count: int, after: str | None) -> list[dict]:
         """The result stream's matches after the cursor (a read of at most a few pages)."""
@@ -373,17 +408,23 @@ class History:
             parts.append("SELECT \"key\", \"at\", prob FROM live_tail")
         if parts:
             union = " UNION ALL ".join(parts)
-            probs = np.sort(db.execute(f"SELECT prob FROM ({union})", args).fetchnumpy()["prob"])
+            probs = db.execute(f"SELECT prob FROM ({union})", args).fetchnumpy()["prob"]
             archived = len(probs)
-            matches += len(probs) - np.searchsorted(probs, t - 1e-12, side="left")
-            frame = ("ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" if quiet_ms is None
-                     else f"RANGE BETWEEN {max(0, int(quiet_ms) - 1)} PRECEDING AND 1 PRECEDING")
-            opened = db.execute(
-                f'SELECT high, coalesce(max(high) OVER (PARTITION BY "key" ORDER BY "at" {frame}), -1.0) AS before '
-                f'FROM (SELECT "key", "at", max(prob) AS high FROM ({union}) GROUP BY "key", "at")', args).fetchnumpy()
-            high, before = opened["high"], opened["before"]
-            # a (key, batch) opens an episode at t when its highest reaches t and nothing before blocks it
-            alarms += [int(((high >= x - 1e-12) & (before < x - 1e-12)).sum()) for x in t]
+            matches += [int(np.count_nonzero(probs >= x - 1e-12)) for x in t]
+            if quiet_ms is None:
+                # no auto-resolve: a key opens once, at its first match at or above t
+                high = db.execute(f'SELECT max(prob) AS high FROM ({union}) GROUP BY "key"', args).fetchnumpy()["high"]
+                alarms += [int(np.count_nonzero(high >= x - 1e-12)) for x in t]
+            else:
+                frame = f"RANGE BETWEEN {max(0, int(quiet_ms) - 1)} PRECEDING AND 1 PRECEDING"
+                opened = db.execute(
+                    f'SELECT high, coalesce(max(high) OVER (PARTITION BY "key" ORDER BY "at" {frame}), -1.0) AS before '
+                    f'FROM (SELECT "key", "at", max(prob) AS high FROM ({union}) GROUP BY "key", "at")',
+                    args).fetchnumpy()
+                high, before = opened["high"], opened["before"]
+                # a (key, batch) opens an episode at t when its highest reaches t and no batch of
+                # the key within the quiet time before it does
+                alarms += [int(((high >= x - 1e-12) & (before < x - 1e-12)).sum()) for x in t]
         if tail:
             db.unregister("live_tail")
         near = self._run(lambda: self._source(query, Filters(filters.period), kind="near"))
@@ -425,6 +466,10 @@ def _row(item: dict) -> dict:
         "events": json.dumps(item["events"], separators=(",", ":")), "prob": item["prob"], "range_lo": rng[0],
         "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm"),
         "times": json.dumps(item["times"], separators=(",", ":")) if item.get("times") else None}
+
+
+def _day_start(day: str) -> int:
+    return int(dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
 
 
 def _item(row: Sequence[Any]) -> dict:
