@@ -257,6 +257,20 @@ class HistorySummary(BaseModel):
     unavailable: list[Unavailable]
 
 
+class RateOut(BaseModel):
+    query: str
+    matches: int = Field(description="matches in the window")
+    per_minute: float
+
+
+class RatesOut(BaseModel):
+    """Every registered query's matches over a window up to now, counted by the server."""
+
+    since: int = Field(description="the window's start, milliseconds since the epoch")
+    until: int
+    items: list[RateOut]
+
+
 class BacktestPoint(BaseModel):
     threshold: float
     matches: int = Field(description="the period's matches at or above the threshold (with near misses below the "

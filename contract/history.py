@@ -312,6 +312,15 @@ class History:
 
     # --- summaries ----------------------------------------------------------------------------
 
+    def count(self, query: str, filters: Filters) -> int:
+        """The period's matches (archive and live tail)."""
+        total, top = 0, None
+        source = self._run(lambda: self._source(query, filters))
+        if source is not None:
+            sql, args = source
+            total, top = self.db.execute(f'SELECT count(*), max("at" * 1000000 + seq) {sql}', args).fetchall()[0]
+        return int(total) + sum(1 for _ in self._tail(query, filters, top))
+
     def summary(self, query: str, filters: Filters, bucket_ms: int) -> dict:
         """Matches per time bucket and per key over the period (archive and live tail)."""
         buckets: dict[int, int] = {}

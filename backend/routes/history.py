@@ -27,7 +27,7 @@ from penumbra.query import parse
 
 from ..deps import ServiceDep, ViewerDep
 from ..errors import ApiError
-from ..models import BacktestOut, HistoryPage, HistorySummary
+from ..models import BacktestOut, HistoryPage, HistorySummary, RatesOut
 from . import errors
 
 router = APIRouter(tags=["history"])
@@ -126,6 +126,22 @@ def export(who: ViewerDep, query_id: str, entry: HistoryQueryDep, service: Servi
     name = f"{query_id}-history.{format}"
     return StreamingResponse(service.history.export(query_id, filters, format), media_type=media,
                              headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@router.get("/rates", response_model=RatesOut, responses=errors(401, 403), summary="Every query's matches per minute")
+def rates(who: ViewerDep, service: ServiceDep,
+          last: Annotated[str, Query(max_length=16, pattern=r"^\d+(\.\d+)?\s*[mhd]$", description=(
+              "the window up to now: 15m, 1h, ..."))] = "15m") -> dict:
+    """Each registered query's matches over the last ``last``, counted by the server from
+    the archive and the live tail, and as a rate per minute."""
+    filters, now = filters_of(None, None, last, None, None)
+    minutes = (now - filters.period.since) / 60_000
+    _, queries, _ = service.snapshot()
+    items = []
+    for query_id in queries:
+        counted = service.history.count(query_id, filters)
+        items.append({"query": query_id, "matches": counted, "per_minute": counted / minutes if minutes else 0.0})
+    return {"since": filters.period.since, "until": now, "items": items}
 
 
 def _floor(entry: dict, archive_floor: float) -> float:

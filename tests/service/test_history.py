@@ -185,3 +185,62 @@ def test_the_archive_keeps_the_history_when_redis_loses_it_and_a_removed_query_k
     # a period after the archive began has no gap, matches or not
     answer = client.get(f"/api/queries/{query}/history", params={"since": str(start + 3 * HOUR)}, headers=ADMIN)
     assert answer.json()["items"] == [] and answer.json()["unavailable"] == []
+
+
+def test_a_cursor_pages_through_every_match_once_while_new_ones_arrive(redis_server, tmp_path):
+    keys, settings = own_app_settings(redis_server, "hist-live", archive=tmp_path)
+    store = redis.Redis.from_url(redis_server.url)
+    writer = ArchiveWriter(tmp_path, "job2")
+    written: list[str] = []
+
+    def batch(number: int, at: int) -> None:
+        rows = [(json.dumps({"events": {"A": f"a{number}.{n}"}, "prob": 0.9}).encode(), 0, None, 0.9) for n in range(5)]
+        writer.write(number, at, {"q-live": rows}, {})
+        pipe = store.pipeline(transaction=True)
+        queue_matches(pipe, keys, "q-live", number, rows, maxlen=3, at=at)
+        pipe.execute()
+        written.extend(f"{at}-{n}" for n in range(5))
+
+    start = 1_795_000_000_000
+    with TestClient(create_app(settings)) as client:
+        for number in range(4):
+            batch(number, start + number * 1000)
+        seen, after = [], None
+        for turn in range(100):
+            params = {"limit": 3, **({"next": after} if after else {})}
+            body = client.get("/api/queries/q-live/history", params=params, headers=ADMIN).json()
+            seen += [i["id"] for i in body["items"]]
+            after = body["next"]
+            if turn < 6:
+                batch(4 + turn, start + (4 + turn) * 1000)      # new matches land between pages
+            if after is None:
+                break
+    store.close()
+    assert seen == written
+
+
+def test_rates_count_each_querys_matches_of_the_window_on_the_server(redis_server, tmp_path):
+    keys, settings = own_app_settings(redis_server, "rates", archive=tmp_path)
+    store = redis.Redis.from_url(redis_server.url)
+    with TestClient(create_app(settings)) as client:
+        for stream in ("RtA", "RtB"):
+            client.put(f"/api/streams/{stream}", json={"pi": 20}, headers=ADMIN)
+        ids = [client.post("/api/queries", headers=ADMIN, json={
+            "text": "SELECT * FROM RtA A, RtB B WHERE WINDOW(A, B) = 10 WITH THRESHOLD 0.5"}).json()["id"]
+            for _ in range(2)]
+        now = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+        writer = ArchiveWriter(tmp_path, "job3")
+        # 12 matches 20 minutes ago (outside 15 minutes), 30 within: archived, and 4 in the live tail only
+        for number, (ago, n, archived) in enumerate(((20, 12, True), (10, 30, True), (1, 4, False))):
+            rows = [(json.dumps({"events": {"A": f"a{number}.{k}"}, "prob": 0.9}).encode(), 0, None, 0.9)
+                    for k in range(n)]
+            if archived:
+                writer.write(number, now - ago * 60_000, {ids[0]: rows}, {})
+            pipe = store.pipeline(transaction=True)
+            queue_matches(pipe, keys, ids[0], number, rows, maxlen=100, at=now - ago * 60_000)
+            pipe.execute()
+        body = client.get("/api/rates", params={"last": "15m"}, headers=ADMIN).json()
+    store.close()
+    counted = {item["query"]: item["matches"] for item in body["items"]}
+    assert counted == {ids[0]: 34, ids[1]: 0}
+    assert next(i for i in body["items"] if i["query"] == ids[0])["per_minute"] == pytest.approx(34 / 15, rel=1e-3)

@@ -34,6 +34,7 @@ ROUTES = {
     ("GET", "/api/queries/{query_id}/history/summary"): "viewer",
     ("GET", "/api/queries/{query_id}/history/export"): "viewer",
     ("GET", "/api/queries/{query_id}/backtest"): "viewer",
+    ("GET", "/api/rates"): "viewer",
     ("GET", "/api/metrics"): "viewer",
     ("GET", "/api/alarms"): "viewer",
     ("GET", "/api/alarms/{alarm_id}"): "viewer",

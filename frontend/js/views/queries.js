@@ -38,16 +38,22 @@ export function offsetOf(text, line, column) {
   return offset + Math.max(0, (column ?? 1) - 1);
 }
 
+/** Matches of the last 15 minutes per query, counted by the server (GET /rates), and when
+ *  they were read. */
+const RATES = { counts: new Map(), at: null };
+const RATE_WINDOW = "15m";
+
 function matchRate(id) {
-  const since = Date.now() / 1000 - 600;
-  let recent = 0;
   let last = null;
   for (const match of store.matches) {
-    if (match.query !== id) continue;
-    last = last ?? match.at;
-    if (match.at >= since) recent += 1;
+    if (match.query === id) { last = match.at; break; }
   }
-  return { perMinute: recent / 10, last };
+  return { rate: RATES.counts.get(id) ?? null, last };
+}
+
+function rateCell(rate) {
+  if (!rate) return `<span class="muted">—</span>`;
+  return `${number(rate.per_minute)} / min <span class="muted small">(${count(rate.matches)} in 15 min)</span>`;
 }
 
 // a quarantined query says why: the job skips it (the others go on) until it is changed or deleted
@@ -247,15 +253,15 @@ export default {
         return;
       }
       list.innerHTML = `<table class="responsive"><thead><tr><th scope="col">Query</th><th scope="col">Status</th>
-        <th scope="col">Threshold</th><th scope="col">Match rate</th><th scope="col">Last match</th><th scope="col">Actions</th></tr></thead>
+        <th scope="col">Threshold</th><th scope="col">Matches, last 15 min</th><th scope="col">Last match</th><th scope="col">Actions</th></tr></thead>
         <tbody>${entries.map((e) => {
-          const { perMinute, last } = matchRate(e.id);
+          const { rate, last } = matchRate(e.id);
           return `<tr data-query="${esc(e.id)}">
             <td data-label="Query"><strong>${esc(e.name)}</strong>${e.name !== e.id ? ` <span class="muted small">${esc(e.id)}</span>` : ""}
               <br><span class="muted small">${esc(e.kind)} · registered ${clock(e.created)}</span></td>
             <td data-label="Status">${statusCell(e)}</td>
             <td data-label="Threshold" class="num">${percent(e.threshold)}</td>
-            <td data-label="Match rate" class="num">${number(perMinute)} / min</td>
+            <td data-label="Match rate" class="num">${rateCell(rate)}</td>
             <td data-label="Last match" class="num"><span title="${esc(fullTime(last))}">${last ? `${clock(last)} (${ago(last)})` : "—"}</span></td>
             <td data-label="Actions"><div class="actions">
               ${e.failed
@@ -263,6 +269,7 @@ export default {
                 : `<button type="button" data-role="analyst" data-act="pause" data-key="${esc(e.id)}:pause">${e.paused ? "Resume" : "Pause"}</button>`}
               <a href="#/tuner?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:tune">Tune</a>
               <a href="#/inspector?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:inspect">Inspect</a>
+              <a href="#/history?query=${encodeURIComponent(e.id)}" data-key="${esc(e.id)}:history">History</a>
               <button type="button" class="danger" data-role="analyst" data-act="delete" data-key="${esc(e.id)}:delete">Delete</button>
             </div></td></tr>`;
         }).join("")}</tbody></table>`;
@@ -305,9 +312,20 @@ export default {
     const onQueries = () => { renderList(); fillStreams(); };
     bus.addEventListener("queries", onQueries);
     bus.addEventListener("matches", scheduleList);
+    async function readRates() {
+      try {
+        const found = await get(`/rates?last=${RATE_WINDOW}`);
+        RATES.counts = new Map(found.items.map((item) => [item.query, item]));
+        RATES.at = found.until;
+        if (list.isConnected) renderList();
+      } catch { /* the last counts stay */ }
+    }
+    const rateTimer = setInterval(readRates, 30_000);
     renderList();
+    readRates();
     fillStreams();
     return () => {
+      clearInterval(rateTimer);
       clearTimeout(timer);
       inFlight?.abort();
       bus.removeEventListener("queries", onQueries);
