@@ -29,7 +29,6 @@ has read them by then; one that has not lists again). Only committed batches are
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 from urllib.parse import quote, unquote
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -211,19 +211,23 @@ class ArchiveWriter:
                 continue
             count = len(rows) + len(bins)
             ids, events, probs, lo, hi, keys, alarms, groups, times = [], [], [], [], [], [], [], [], []
+            spelled_of: dict[tuple, tuple[str | None, str]] = {}
             for seq, (data, group, key, prob, *known) in enumerate(rows):
-                match = json.loads(data)
-                spelled = key_json(key)
+                match = orjson.loads(data)
+                # a batch's matches share few keys: each spelled once (by value and kind: True is not 1)
+                marker = tuple((name, type(value).__name__, value) for name, value in key.items()) if key else ()
+                spelled, alarm = spelled_of.get(marker) or spelled_of.setdefault(
+                    marker, (key_json(key), instance_id(query, key)))
                 rng = match.get("range")
                 ids.append(f"{at}-{seq}")
-                events.append(json.dumps(match["events"], separators=(",", ":")))
+                events.append(orjson.dumps(match["events"]).decode())
                 probs.append(float(match["prob"]))
                 lo.append(_float(rng[0]) if rng else None)
                 hi.append(_float(rng[1]) if rng else None)
                 keys.append(spelled)
-                alarms.append(instance_id(query, key, spelled))
+                alarms.append(alarm)
                 groups.append(int(group))
-                times.append(json.dumps(known[0], separators=(",", ":")) if known and known[0] else None)
+                times.append(orjson.dumps(known[0]).decode() if known and known[0] else None)
             for edge, _ in bins:
                 ids.append(None)
                 events.append(None)
