@@ -623,3 +623,57 @@ def test_the_history_view_pages_filters_charts_and_downloads_a_period(tab, api, 
     page.select_option("#tune-batches", "last:24h")
     wait_until(page, "document.querySelector('#tune-chart')?.data?.length === 2")
     assert "Backtest over the last day" in page.locator("#tune-window").inner_text()
+
+
+# ---- the console keeps still, sets silenced things aside, and can call with a sound
+
+
+def test_cards_keep_their_place_while_acted_on_and_silenced_ones_leave_for_their_own_list(tab, api, store, keys,
+                                                                                           join_query):
+    query_id, _, _ = join_query
+    api.patch(f"/queries/{query_id}", json={"priority": "critical"}, headers=api.as_("analyst"))
+    page = tab.page
+    page.set_viewport_size({"width": 390, "height": 800})
+    tab.sign_in(api.tokens["analyst"], f"alarms?query={query_id}")
+    page.check("#alarm-sound")
+    chimed = page.evaluate("Number(document.documentElement.dataset.chimed ?? 0)")
+    long_name = "a rather long name of the watched sector near the northern perimeter fence"
+    write_batch(store, keys, 1, {query_id: [
+        {"events": {"A": f"s{n}", "B": f"a{n}"}, "prob": 0.9 - n / 100, "key": {"sector": long_name if n == 1 else n}}
+        for n in range(3)]})
+    group = page.locator(f'details.query-group[data-query="{query_id}"]')
+    group.locator(".group").nth(2).wait_for()
+    # a critical alarm opening rang (the page's own chime, counted on the document)
+    wait_until(page, f"Number(document.documentElement.dataset.chimed ?? 0) > {chimed}")
+    order = lambda: page.evaluate(  # noqa: E731
+        f"[...document.querySelectorAll('#groups details[data-query=\"{query_id}\"] .group')].map(c => c.dataset.alarm)")
+    before = order()
+    where = "document.querySelector('#groups').getBoundingClientRect().top + window.scrollY"
+    top = page.evaluate(where)
+    first = group.locator(f'.group[data-alarm="{before[0]}"]')
+    first.locator('button[data-act="acknowledge"]').focus()
+    page.keyboard.press("Enter")
+    first.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
+    # the card stays first, the focus in it, and the notice floats over the page instead of pushing it
+    assert order() == before
+    assert page.evaluate("document.activeElement.closest('.group')?.dataset.alarm") == before[0]
+    page.locator("#notice").wait_for()
+    assert page.evaluate("getComputedStyle(document.querySelector('#notice')).position") == "fixed"
+    assert page.evaluate(where) == top
+    # silencing the long-named one: it stays put while acted on, then leaves for the silenced list
+    target = group.locator(".group", has=page.locator("h3", has_text="northern perimeter"))
+    silenced_id = target.get_attribute("data-alarm")
+    target.locator('button[data-act="silence"]').click()
+    target.locator('[data-testid="state"]', has_text="Silenced").wait_for()
+    # in every state the long title wraps inside its card instead of being squeezed
+    width = page.evaluate(f"document.querySelector('[data-alarm=\"{silenced_id}\"] h3').getBoundingClientRect().width")
+    assert width > 200, width
+    page.locator("#f-prob").focus()                               # the focus leaves the cards
+    page.locator(f'#silenced-list [data-alarm="{silenced_id}"]').wait_for(state="attached", timeout=20_000)
+    assert silenced_id not in order()
+    # its matches stay in the feed, dimmed, and a new one does not flash
+    write_batch(store, keys, 2, {query_id: [{"events": {"A": "s9", "B": "a9"}, "prob": 0.8,
+                                             "key": {"sector": long_name}}]})
+    row = page.locator(f'#feed li[data-query="{query_id}"]', has_text="s9")
+    row.wait_for()
+    assert "silenced" in row.get_attribute("class") and "fresh" not in row.get_attribute("class")

@@ -41,6 +41,34 @@ export function priorityBadge(priority) {
   return `<span class="priority priority-${esc(priority)}" data-testid="priority">${PRIORITY_TEXT[priority] ?? esc(priority)}</span>`;
 }
 
+// ---- an optional sound when a critical alarm opens or reopens, from every view (kept per browser)
+const SOUND_KEY = "penumbra.sound";
+let audio = null;
+
+/** Two short tones, made by the browser (no file to fetch). */
+export function chime() {
+  try {
+    audio = audio ?? new AudioContext();
+    const start = audio.currentTime;
+    for (const [offset, pitch] of [[0, 880], [0.18, 660]]) {
+      const tone = audio.createOscillator();
+      const gain = audio.createGain();
+      tone.frequency.value = pitch;
+      gain.gain.setValueAtTime(0.0001, start + offset);
+      gain.gain.exponentialRampToValueAtTime(0.2, start + offset + 0.02);
+      gain.gain.exponentialRampToValueAtTime(0.0001, start + offset + 0.16);
+      tone.connect(gain).connect(audio.destination);
+      tone.start(start + offset);
+      tone.stop(start + offset + 0.17);
+    }
+    document.documentElement.dataset.chimed = String(Number(document.documentElement.dataset.chimed ?? 0) + 1);
+  } catch { /* no audio here */ }
+}
+
+bus.addEventListener("opened", (event) => {
+  if (event.detail?.priority === "critical" && localStorage.getItem(SOUND_KEY) === "on") chime();
+});
+
 // verdicts given from this tab, by match id (the feed's rows are made again as it scrolls)
 const JUDGED = new Map();
 const JUDGED_TEXT = { real: "✓ judged real", false: "✗ judged false" };
@@ -57,7 +85,9 @@ function matchRow(match, fresh) {
   const li = document.createElement("li");
   li.dataset.query = match.query;
   li.dataset.id = match.id;
-  if (fresh) li.classList.add("fresh");
+  const silenced = store.alarms.get(match.alarm)?.state === "silenced";
+  if (silenced) li.classList.add("silenced");
+  else if (fresh) li.classList.add("fresh");
   const entry = store.queries.get(match.query);
   const about = keyText(match.key ?? store.alarms.get(match.alarm)?.key);
   li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
@@ -71,7 +101,8 @@ export default {
   mount(main, params) {
     main.innerHTML = `
       <div class="view-head"><h1>Alarms</h1><p class="muted" id="alarm-summary" aria-live="polite"></p>
-        <button type="button" id="allow-notifications" hidden>Notify me of critical alarms</button></div>
+        <button type="button" id="allow-notifications" hidden>Notify me of critical alarms</button>
+        <label class="inline"><input type="checkbox" id="alarm-sound"> Sound for critical alarms</label></div>
       <form class="filters" id="alarm-filters" role="search" aria-label="Filter alarms">
         <div><label for="f-query">Query</label><select id="f-query"><option value="">All queries</option></select></div>
         <div><label for="f-state">State</label><select id="f-state"><option value="">Any state</option>
@@ -85,6 +116,12 @@ export default {
       <section aria-labelledby="groups-title">
         <h2 id="groups-title">By query and key</h2>
         <div class="groups" id="groups"></div>
+        <details class="card" id="silenced-list" hidden>
+          <summary><h2 id="silenced-title">Silenced</h2> <span class="muted small" id="silenced-summary"></span></summary>
+          <p class="muted small">Instances under a silence leave the list above until it ends; their matches in the
+            feed are dimmed.</p>
+          <div class="groups" id="silenced-groups"></div>
+        </details>
       </section>
       <details class="card" id="notify-panel" data-role="analyst">
         <summary><h2 id="notify-title">Notifications</h2> <span class="muted small" id="notify-summary"></span></summary>
@@ -322,6 +359,7 @@ export default {
         : action === "resolve" && verdict ? { verdict } : undefined;
       const buttons = element.querySelectorAll("button");
       buttons.forEach((b) => { b.disabled = true; });
+      if (groups.contains(element)) freeze();
       try {
         const answer = await post(`/alarms/${encodeURIComponent(alarmId)}/${action}`, body);
         setAlarm(answer);
@@ -340,13 +378,33 @@ export default {
       }
     }
 
+    // while someone acts on the cards, they keep their places: the order is frozen from the
+    // first action until the focus leaves the list and a few seconds have passed
+    let frozen = null;   // {order: Map(instance id -> place), until}
+    const freeze = () => {
+      const order = new Map([...groups.querySelectorAll("[data-alarm]")].map((el, i) => [el.dataset.alarm, i]));
+      frozen = { order: frozen?.order ?? order, until: Date.now() + 8000 };
+    };
+    const thaw = () => {
+      if (!frozen || groups.contains(document.activeElement) || Date.now() < frozen.until) return;
+      frozen = null;
+      renderGroups();
+    };
+
     function renderGroups() {
       const f = filters();
       const rank = (list, value) => { const i = list.indexOf(value); return i < 0 ? list.length : i; };
-      const shown = [...store.alarms.values()].filter((a) => alarmPasses(a, f))
-        .sort((x, y) => rank(PRIORITIES, x.priority) - rank(PRIORITIES, y.priority)
+      const place = (a) => frozen?.order.get(a.id) ?? Infinity;
+      const passing = [...store.alarms.values()].filter((a) => alarmPasses(a, f))
+        .sort((x, y) => (frozen ? place(x) - place(y) : 0)
+          || rank(PRIORITIES, x.priority) - rank(PRIORITIES, y.priority)
           || rank(STATES, x.state) - rank(STATES, y.state) || (y.last_at ?? 0) - (x.last_at ?? 0)
           || x.id.localeCompare(y.id));
+      // silenced instances have a list of their own (unless the filter asks for them), but a
+      // card acted on stays where it is until the order thaws
+      const own = (a) => a.state === "silenced" && f.state !== "silenced" && !(frozen && frozen.order.has(a.id));
+      const shown = passing.filter((a) => !own(a));
+      const silenced = passing.filter(own);
       const byQuery = new Map();
       for (const a of shown) {
         if (!byQuery.has(a.query)) byQuery.set(a.query, []);
@@ -356,6 +414,10 @@ export default {
       groups.replaceChildren(...[...byQuery].map(([query, instances]) => section(query, instances)));
       if (focused && groups.contains(focused)) focused.focus();
       if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${f.query || f.state || f.priority || f.key ? " matches these filters" : " yet"}.</p>`;
+      const quiet = main.querySelector("#silenced-list");
+      quiet.hidden = !silenced.length;
+      main.querySelector("#silenced-summary").textContent = `${count(silenced.length)} ${silenced.length === 1 ? "instance" : "instances"}`;
+      main.querySelector("#silenced-groups").replaceChildren(...silenced.slice(0, CARDS).map(card));
       const all = [...store.alarms.values()];
       const open = all.filter((a) => a.state === "new").length;
       const queries = new Set(all.map((a) => a.query)).size;
@@ -417,6 +479,15 @@ export default {
     main.querySelector("#alarm-filters").addEventListener("submit", (event) => event.preventDefault());
     more.addEventListener("click", () => { limit += PAGE; renderFeed(); });
 
+    const sound = main.querySelector("#alarm-sound");
+    sound.checked = localStorage.getItem(SOUND_KEY) === "on";
+    sound.addEventListener("change", () => {
+      localStorage.setItem(SOUND_KEY, sound.checked ? "on" : "off");
+      if (sound.checked) chime();   // a sample, and browsers let a page play sound after a click
+    });
+    groups.addEventListener("focusout", () => setTimeout(thaw, 0));
+    const thawTimer = setInterval(thaw, 2000);
+
     bus.addEventListener("matches", onMatches);
     bus.addEventListener("alarms", onAlarms);
     bus.addEventListener("queries", onQueries);
@@ -428,6 +499,7 @@ export default {
     const tick = setInterval(() => { refreshAlarms().catch(() => {}); loadPanel(); }, 30000); // silences that run out, others' actions
     return () => {
       clearInterval(tick);
+      clearInterval(thawTimer);
       bus.removeEventListener("matches", onMatches);
       bus.removeEventListener("alarms", onAlarms);
       bus.removeEventListener("queries", onQueries);
