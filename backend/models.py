@@ -261,6 +261,8 @@ class RateOut(BaseModel):
     query: str
     matches: int = Field(description="matches in the window")
     per_minute: float
+    sources: dict[str, float | None] = Field(default_factory=dict, description=(
+        "per stream it reads, when an event of it was last appended (seconds since the epoch; null: none yet)"))
 
 
 class RatesOut(BaseModel):

@@ -24,7 +24,7 @@ from .entries import EVENT_FIELD, control_entry, rejected_letter
 from .identity import CONFLICT_REASON, DEFAULT_HORIZON_HOURS, Identified, identified
 from .keys import Keys
 
-__all__ = ["CONFLICT", "DUPLICATE", "Appended", "append_events", "end_of_input", "ingest"]
+__all__ = ["CONFLICT", "DUPLICATE", "Appended", "append_events", "end_of_input", "ingest", "note_sources", "seen_sources"]
 
 #: What :func:`ingest` answers for an event it did not append: remembered with the same
 #: content (a duplicate), or with another (a conflict).
@@ -81,6 +81,41 @@ def ingest(client: redis.Redis, keys: Keys, events: Sequence[Identified], horizo
     return client.register_script(_INGEST)(keys=[keys.ingest], args=args)
 
 
+def note_sources(client: redis.Redis, keys: Keys, events: Iterable[Event], now: float | None = None) -> None:
+    """Remember what the events appended say of their streams: the attribute names each
+    stream's events carry (``pn:stream-attrs:<stream>``, what the query editor checks a
+    query's attributes against) and when each stream was last heard from
+    (``pn:stream-seen``, what flags an idle source). Advisory: written after the events."""
+    names: dict[str, set[str]] = {}
+    for event in events:
+        names.setdefault(event.stream.casefold(), set()).update(event.attrs)
+    if not names:
+        return
+    now = time.time() if now is None else now
+    pipe = client.pipeline(transaction=False)
+    for stream, attrs in names.items():
+        if attrs:
+            pipe.sadd(keys.stream_attrs(stream), *sorted(attrs))
+    pipe.hset(keys.stream_seen, mapping={stream: repr(float(now)) for stream in names})
+    pipe.execute()
+
+
+def seen_sources(client: redis.Redis, keys: Keys, streams: Iterable[str]) -> dict[str, dict]:
+    """Per stream: the attribute names its events carried and when it was last heard from
+    (None: never since it was registered or the notes began)."""
+    streams = sorted({s.casefold() for s in streams})
+    if not streams:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.smembers(keys.stream_attrs(stream))
+    pipe.hmget(keys.stream_seen, streams)
+    found = pipe.execute()
+    seen = found[-1]
+    return {stream: {"attrs": sorted(a.decode() for a in attrs), "seen": float(at) if at else None}
+            for stream, attrs, at in zip(streams, found[:-1], seen)}
+
+
 def registered_streams(client: redis.Redis, keys: Keys) -> Streams:
     """The stream parameters registered now (what the job validates events with)."""
     return parse_streams({name.decode(): json.loads(params) for name, params in client.hgetall(keys.streams).items()})
@@ -111,6 +146,8 @@ def append_events(client: redis.Redis, events: Iterable[bytes | str], keys: Keys
                  for event, payload in zip(parsed, chunk)]
         found = ingest(client, keys, items, horizon)
         ids.extend(entry for entry in found if isinstance(entry, bytes))
+        note_sources(client, keys, (event for event, entry in zip(parsed, found)
+                                    if isinstance(event, Event) and isinstance(entry, bytes)))
         conflicts = [item.payload for item, entry in zip(items, found) if entry == CONFLICT]
         if conflicts:
             ids.conflicts += len(conflicts)

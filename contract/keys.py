@@ -78,6 +78,15 @@ class Keys:
     def batches(self) -> str:
         return f"{self.prefix}:batches"
 
+    def stream_attrs(self, stream: str) -> str:
+        """The attribute names events of a stream (case-folded) have carried."""
+        return f"{self.prefix}:stream-attrs:{stream}"
+
+    @property
+    def stream_seen(self) -> str:
+        """Stream (case-folded) -> when an event of it was last appended, seconds since the epoch."""
+        return f"{self.prefix}:stream-seen"
+
     @property
     def archive_attempts(self) -> str:
         """Per job, its latest batch and that batch's time (the archive's rows name it)."""

@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from contract.dead import queue_dead, trim_dead
 from contract.entries import encode, rejected_letter
 from contract.identity import CONFLICT_REASON, identified
-from contract.ingest import CONFLICT, DUPLICATE
+from contract.ingest import CONFLICT, DUPLICATE, note_sources
 from contract.ingest import ingest as append_once
 from penumbra.errors import ValidationError
 from penumbra.events import admit_events, loads
@@ -91,6 +91,7 @@ def ingest(service: Service, who: Principal, body: bytes, request_id: str | None
     found = append_once(service.redis, keys, [identified(fates[i], encode(items[i])) for i in valid],
                         service.settings.identity_horizon)
     ids = [entry for entry in found if isinstance(entry, bytes)]
+    note_sources(service.redis, keys, (fates[i] for i, entry in zip(valid, found) if isinstance(entry, bytes)), now)
     duplicates = repeated + found.count(DUPLICATE)
     conflicts = [(index, ValidationError("id", CONFLICT_REASON)) for index, entry in zip(valid, found)
                  if entry == CONFLICT]

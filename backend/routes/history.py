@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from contract.history import Filters, period_of
+from contract.ingest import seen_sources
 from penumbra.calibration import precision_curve
 from penumbra.engine import build_operator
 from penumbra.events import parse_streams
@@ -133,14 +134,18 @@ def rates(who: ViewerDep, service: ServiceDep,
           last: Annotated[str, Query(max_length=16, pattern=r"^\d+(\.\d+)?\s*[mhd]$", description=(
               "the window up to now: 15m, 1h, ..."))] = "15m") -> dict:
     """Each registered query's matches over the last ``last``, counted by the server from
-    the archive and the live tail, and as a rate per minute."""
+    the archive and the live tail, and as a rate per minute; and when each stream it reads
+    was last heard from (null: no event since the notes began)."""
     filters, now = filters_of(None, None, last, None, None)
     minutes = (now - filters.period.since) / 60_000
     _, queries, _ = service.snapshot()
+    read = {query_id: sorted({s.casefold() for s in (entry.get("streams") or {})}) for query_id, entry in queries.items()}
+    seen = seen_sources(service.redis, service.keys, {s for streams in read.values() for s in streams})
     items = []
     for query_id in queries:
         counted = service.history.count(query_id, filters)
-        items.append({"query": query_id, "matches": counted, "per_minute": counted / minutes if minutes else 0.0})
+        items.append({"query": query_id, "matches": counted, "per_minute": counted / minutes if minutes else 0.0,
+                      "sources": {s: seen[s]["seen"] for s in read[query_id] if s in seen}})
     return {"since": filters.period.since, "until": now, "items": items}
 
 

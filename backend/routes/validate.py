@@ -14,9 +14,11 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from contract.ingest import seen_sources
 from contract.registry import validated_query
 from penumbra.errors import PenumbraError, ValidationError
 from penumbra.query import QueryError
+from penumbra.query.sources import unseen_attributes
 
 from ..deps import ServiceDep, ViewerDep
 from ..models import Body, Probability
@@ -33,6 +35,12 @@ class ValidateIn(Body):
     threshold: Probability | None = Field(None, description="overrides the threshold written in the query")
 
 
+class WarningOut(BaseModel):
+    message: str
+    line: int
+    column: int
+
+
 class ValidateOut(BaseModel):
     """What registering the query would say: valid with its form and the streams it reads,
     or the first problem with its line and column (null when it has no position)."""
@@ -45,6 +53,10 @@ class ValidateOut(BaseModel):
     field: str | None = Field(None, description="the offending field, when one is to blame")
     line: int | None = Field(None, description="1-based line of the problem")
     column: int | None = Field(None, description="1-based column of the problem")
+    warnings: list[WarningOut] = Field(default_factory=list, description=(
+        "what may be a mistake though the query holds: an attribute no event of its stream has carried so far"))
+    idle: dict[str, float | None] = Field(default_factory=dict, description=(
+        "per stream read, when an event of it was last appended (seconds since the epoch; null: none yet)"))
 
 
 @router.post("/validate", response_model=ValidateOut, responses=errors(401, 403),
@@ -62,5 +74,8 @@ def validate_query(body: ValidateIn, who: ViewerDep, service: ServiceDep) -> dic
         return {"valid": False, "message": str(error), "field": error.field or None}
     except PenumbraError as error:
         return {"valid": False, "message": str(error)}
-    return {"valid": True, "kind": parsed.kind, "threshold": threshold,
-            "streams": sorted(operator.partition_keys())}
+    read = sorted(operator.partition_keys())
+    seen = seen_sources(service.redis, service.keys, read)
+    warnings = unseen_attributes(body.text, parsed, {stream: info["attrs"] for stream, info in seen.items()})
+    return {"valid": True, "kind": parsed.kind, "threshold": threshold, "streams": read,
+            "warnings": [w._asdict() for w in warnings], "idle": {s: info["seen"] for s, info in seen.items()}}

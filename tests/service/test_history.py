@@ -243,4 +243,6 @@ def test_rates_count_each_querys_matches_of_the_window_on_the_server(redis_serve
     store.close()
     counted = {item["query"]: item["matches"] for item in body["items"]}
     assert counted == {ids[0]: 34, ids[1]: 0}
+    # no event was sent on the streams: each source says so (null), for the dashboard to flag
+    assert all(item["sources"] == {"rta": None, "rtb": None} for item in body["items"])
     assert next(i for i in body["items"] if i["query"] == ids[0])["per_minute"] == pytest.approx(34 / 15, rel=1e-3)

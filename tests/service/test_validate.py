@@ -3,6 +3,8 @@ and it writes nothing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from penumbra.query import QueryError, parse
@@ -75,3 +77,24 @@ def test_unknown_fields_and_empty_text_are_422(client, as_role):
     for body in ({"text": "SELECT", "id": "x"}, {"text": ""}, {}):
         answer = client.post(ROUTE, json=body, headers=as_role("viewer"))
         assert answer.status_code == 422, (body, answer.text)
+
+
+def test_an_attribute_no_event_has_carried_is_a_warning_at_its_line_and_column(client, as_role):
+    a, b = fresh_streams(client, "Wa", "Wb", pi=20)
+    events = [{"stream": a, "id": "w1", "ts": {"lo": 0, "hi": 5}, "attrs": {"region": 1, "value": 3.5}},
+              {"stream": b, "id": "w2", "ts": {"lo": 2, "hi": 6}, "attrs": {"region": 1}}]
+    before = time.time()
+    assert client.post("/api/events", json=events, headers=as_role("analyst")).status_code == 202
+    text = (f"SELECT * FROM {a} A, {b} B\nWHERE WINDOW(A, B) = 10 AND A.region = B.regoin\n  AND A.value > 1 -- B.nope\n"
+            "WITH THRESHOLD 0.5")
+    answer = client.post("/api/validate", json={"text": text}, headers=as_role("viewer")).json()
+    assert answer["valid"] is True
+    assert answer["warnings"] == [{"message": f"no event of {b!r} has carried an attribute 'regoin' so far; "
+                                              "did you mean 'region'?", "line": 2, "column": 40}]
+    assert all(before - 1 <= answer["idle"][s.casefold()] <= time.time() + 1 for s in (a, b))
+    # a stream nothing was sent on is not judged, and says it has not been heard from
+    c, d = fresh_streams(client, "Wc", "Wd", pi=20)
+    quiet = client.post("/api/validate", json={"text": f"SELECT * FROM {c} A, {d} B WHERE WINDOW(A, B) = 10 "
+                                                       "AND A.x = B.y WITH THRESHOLD 0.5"},
+                        headers=as_role("viewer")).json()
+    assert quiet["warnings"] == [] and quiet["idle"] == {c.casefold(): None, d.casefold(): None}

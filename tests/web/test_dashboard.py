@@ -677,3 +677,24 @@ def test_cards_keep_their_place_while_acted_on_and_silenced_ones_leave_for_their
     row = page.locator(f'#feed li[data-query="{query_id}"]', has_text="s9")
     row.wait_for()
     assert "silenced" in row.get_attribute("class") and "fresh" not in row.get_attribute("class")
+
+
+def test_the_editor_warns_of_an_attribute_never_seen_and_the_list_flags_silent_sources(tab, api, store, keys,
+                                                                                      join_query):
+    query_id, a, b = join_query
+    events = [{"stream": a, "id": "ed1", "ts": {"detected": 1000, "template": "s1"}, "attrs": {"region": "north"}}]
+    answer = api.post("/events", json=events, headers=api.as_("analyst"))
+    assert answer.status_code == 202, answer.text
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "queries")
+    page.fill("#query-text", f"SELECT * FROM {a} A, {b} B\nWHERE WINDOW(A, B) = 2000 AND A.regoin = B.region\n"
+                             "WITH THRESHOLD 0.6")
+    status = page.locator("#validation")
+    status.locator("text=Line 2, column 31").wait_for()
+    assert "regoin" in status.inner_text() and "did you mean 'region'" in status.inner_text()
+    assert f"No event of {b.casefold()} has arrived yet" in status.inner_text()
+    assert page.locator("#backdrop mark.err").get_attribute("data-line") == "2"
+    # the list: the query's silent source is flagged, the one just heard from is not
+    flag = page.locator(f'tr[data-query="{query_id}"] [data-testid="idle"]')
+    flag.wait_for()
+    assert f"{b.casefold()}: no event yet" in flag.inner_text() and a.casefold() not in flag.inner_text()

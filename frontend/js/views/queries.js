@@ -3,7 +3,7 @@
 // the streams known to the system; the registry's list with pause / resume / delete.
 
 import { del, get, patch, post, q, session } from "../api.js";
-import { ago, clock, count, esc, fullTime, number, percent } from "../format.js";
+import { ago, clock, count, duration, esc, fullTime, number, percent } from "../format.js";
 import { bus, refreshQueries, store } from "../store.js";
 import { applyRole, confirmAction, notify } from "../ui.js";
 
@@ -51,9 +51,16 @@ function matchRate(id) {
   return { rate: RATES.counts.get(id) ?? null, last };
 }
 
+/** A source with no event for this long is flagged (seconds). */
+const IDLE_AFTER = 300;
+
 function rateCell(rate) {
   if (!rate) return `<span class="muted">—</span>`;
-  return `${number(rate.per_minute)} / min <span class="muted small">(${count(rate.matches)} in 15 min)</span>`;
+  const now = Date.now() / 1000;
+  const idle = Object.entries(rate.sources ?? {}).filter(([, at]) => at === null || now - at > IDLE_AFTER);
+  const flag = idle.length ? `<br><span class="idle" data-testid="idle">⚠ ${idle.map(([stream, at]) =>
+    `${esc(stream)}: ${at === null ? "no event yet" : `no event for ${duration(now - at)}`}`).join("; ")}</span>` : "";
+  return `${number(rate.per_minute)} / min <span class="muted small">(${count(rate.matches)} in 15 min)</span>${flag}`;
 }
 
 // a quarantined query says why: the job skips it (the others go on) until it is changed or deleted
@@ -137,11 +144,23 @@ export default {
 
     function showResult(result) {
       if (result.valid) {
-        status.className = "validation ok";
-        status.textContent = `✓ Valid ${result.kind} query${result.streams?.length ? ` reading ${result.streams.join(", ")}` : ""}`
-          + `${result.threshold !== null && result.threshold !== undefined ? `, threshold ${percent(result.threshold)}` : ""}.`;
-        pointer.hidden = true;
-        mark(null);
+        const warnings = result.warnings ?? [];
+        const silent = Object.entries(result.idle ?? {}).filter(([, at]) => at === null).map(([s]) => s);
+        status.className = warnings.length ? "validation warn" : "validation ok";
+        status.textContent = `${warnings.length ? "⚠" : "✓"} Valid ${result.kind} query${result.streams?.length ? ` reading ${result.streams.join(", ")}` : ""}`
+          + `${result.threshold !== null && result.threshold !== undefined ? `, threshold ${percent(result.threshold)}` : ""}.`
+          + warnings.map((w) => ` Line ${w.line}, column ${w.column}: ${w.message}${/[.?!]$/.test(w.message) ? "" : "."}`).join("")
+          + (silent.length ? ` No event of ${silent.join(", ")} has arrived yet.` : "");
+        if (warnings.length) {
+          const first = warnings[0];
+          const source = text.value.split("\n")[first.line - 1] ?? "";
+          pointer.textContent = `${String(first.line).padStart(3)} | ${source}\n    | ${" ".repeat(Math.max(0, first.column - 1))}^`;
+          pointer.hidden = false;
+          mark(first.line, first.column);
+        } else {
+          pointer.hidden = true;
+          mark(null);
+        }
         return;
       }
       status.className = "validation bad";
