@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await app.state.notifier.stop()
             await app.state.live.stop()
+            service.history.close()
             service.redis.close()
 
     app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,

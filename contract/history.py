@@ -121,13 +121,28 @@ class History:
     def __init__(self, root: Path, redis=None, keys=None, retention_days: float = 0):
         self.root, self.redis, self.keys, self.retention_days = Path(root), redis, keys, retention_days
         self._local = threading.local()
+        self._opened: list[duckdb.DuckDBPyConnection] = []
+        self._lock = threading.Lock()
 
     @property
     def db(self) -> duckdb.DuckDBPyConnection:
         con = getattr(self._local, "db", None)
         if con is None:
             con = self._local.db = _connect()
+            with self._lock:
+                self._opened.append(con)
         return con
+
+    def close(self) -> None:
+        """Closes every thread's connection (their worker threads end with them)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for con in opened:
+            try:
+                con.close()
+            except duckdb.Error:
+                pass
+        self._local = threading.local()
 
     def knows(self, query: str) -> bool:
         return query in archived_queries(self.root)

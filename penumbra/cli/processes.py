@@ -45,10 +45,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+#: prctl, looked up here in the parent: a child between fork and exec must not dlopen (the
+#: loader's lock may be held by a thread of the parent's, e.g. DuckDB's or Arrow's, at the fork)
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
     """In a child before exec: SIGTERM when its parent dies, even by SIGKILL."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _group_alive(pgid: int) -> bool:
