@@ -195,6 +195,8 @@ class MatchOut(BaseModel):
     key: dict[str, Any] | None = Field(None, description="what it is about: its query's key, e.g. {\"region\": 17}")
     times: dict[str, list[float]] | None = Field(None, description=(
         "each matched event's time support by variable, [earliest, latest], in the events' own unit"))
+    partition: Literal["lpr", "sr", "rpr"] | None = Field(None, description=(
+        "a join match's probing range: the one of its first event's ranges that holds its second event's max time"))
 
 
 class AuditOut(BaseModel):

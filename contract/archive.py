@@ -60,6 +60,7 @@ SCHEMA = pa.schema([
     pa.field("range_lo", pa.float64()),  # a pattern match's time range
     pa.field("range_hi", pa.float64()),
     pa.field("times", pa.string()),     # JSON {variable: [earliest, latest]}: the events' time supports
+    pa.field("partition", pa.string()),  # a join match's probing range: lpr, sr or rpr
     pa.field("key", pa.string()),       # the key's canonical JSON (null: a query without one)
     pa.field("alarm", pa.string()),     # the alarm instance
     pa.field("group", pa.int32()),      # the key group
@@ -194,7 +195,7 @@ class ArchiveWriter:
     def write(self, batch: int, at: int, matches: dict[str, Sequence[tuple]],
               near: dict[str, dict[str, int]]) -> list[Path]:
         """Writes each query's rows of the batch: ``matches[q]`` as ``(match JSON, key
-        group, key, probability[, times])`` in their live order, ``near[q]`` the batch's near-miss
+        group, key, probability[, times[, partition]])`` in their live order, ``near[q]`` the batch's near-miss
         histogram (bin's lower edge as text -> count). Returns the files written."""
         written = []
         day = day_of(at)
@@ -210,7 +211,7 @@ class ArchiveWriter:
             if not rows and not bins:
                 continue
             count = len(rows) + len(bins)
-            ids, events, probs, lo, hi, keys, alarms, groups, times = [], [], [], [], [], [], [], [], []
+            ids, events, probs, lo, hi, keys, alarms, groups, times, parts = [], [], [], [], [], [], [], [], [], []
             spelled_of: dict[tuple, tuple[str | None, str]] = {}
             for seq, (data, group, key, prob, *known) in enumerate(rows):
                 match = orjson.loads(data)
@@ -228,6 +229,7 @@ class ArchiveWriter:
                 alarms.append(alarm)
                 groups.append(int(group))
                 times.append(orjson.dumps(known[0]).decode() if known and known[0] else None)
+                parts.append(known[1] if len(known) > 1 and known[1] else None)
             for edge, _ in bins:
                 ids.append(None)
                 events.append(None)
@@ -238,11 +240,13 @@ class ArchiveWriter:
                 alarms.append(None)
                 groups.append(None)
                 times.append(None)
+                parts.append(None)
             table = pa.table({
                 "id": ids, "at": [at] * count, "seq": list(range(count)), "batch": [batch] * count,
                 "job": [self.job] * count, "kind": ["match"] * len(rows) + ["near"] * len(bins),
                 "events": events, "prob": probs, "count": [1] * len(rows) + [n for _, n in bins],
-                "range_lo": lo, "range_hi": hi, "times": times, "key": keys, "alarm": alarms, "group": groups},
+                "range_lo": lo, "range_hi": hi, "times": times, "partition": parts, "key": keys, "alarm": alarms,
+                "group": groups},
                 schema=SCHEMA)
             target = query_dir(self.root, query) / f"date={day}" / f"b-{self.job}-{batch:012d}.parquet"
             _atomic_write(table, target)

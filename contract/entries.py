@@ -152,13 +152,15 @@ def read_dead(fields: dict) -> dict:
 # --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
 
 def match_entry(match: bytes, batch: int, group: int, instance: str, key: str | None,
-                times: dict | None = None) -> dict:
+                times: dict | None = None, partition: str | None = None) -> dict:
     """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
     and the key group that found it, its alarm instance and the instance's key (canonical
     JSON, ``null`` for none: :mod:`contract.alarms`), its events' time supports by
-    variable (:attr:`penumbra.operator.Match.times`, ``null`` when not known). The sink
+    variable (:attr:`penumbra.operator.Match.times`, ``null`` when not known), a join
+    match's probing range (:attr:`~penumbra.operator.Match.partition`, empty: none). The sink
     appends these by script (:func:`contract.results.queue_matches`), in this shape."""
-    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null", "t": encode(times)}
+    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null", "t": encode(times),
+            "p": partition or ""}
 
 
 def _batch(fields: dict) -> int | None:
@@ -177,7 +179,8 @@ def read_match(entry_id: bytes, fields: dict) -> dict:
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
             "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None,
-            "times": json.loads(fields[b"t"]) if b"t" in fields else None}
+            "times": json.loads(fields[b"t"]) if b"t" in fields else None,
+            "partition": _text(fields, "p") or None}
 
 
 def observation_entry(record: dict, batch: int) -> dict:

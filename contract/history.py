@@ -35,7 +35,7 @@ from .entries import read_match
 
 __all__ = ["Filters", "History", "Period", "parse_cursor", "parse_time", "period_of"]
 
-_MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm, times'
+_MATCH_COLUMNS = 'id, "at", seq, batch, events, prob, range_lo, range_hi, "key", alarm, times, "partition"'
 _DAY_MS = 86_400_000
 
 
@@ -382,7 +382,7 @@ class History:
         schema = pa.schema([("id", pa.string()), ("at", pa.int64()), ("time", pa.string()), ("batch", pa.int64()),
                             ("events", pa.string()), ("prob", pa.float64()), ("range_lo", pa.float64()),
                             ("range_hi", pa.float64()), ("key", pa.string()), ("alarm", pa.string()),
-                            ("times", pa.string())])
+                            ("times", pa.string()), ("partition", pa.string())])
         writer = (pq.ParquetWriter(sink, schema, compression="zstd") if fmt == "parquet"
                   else pacsv.CSVWriter(sink, schema))
         top = None
@@ -392,7 +392,8 @@ class History:
             # a connection of its own: the stream is read on whatever thread consumes it
             reader = _connect().sql(
                 f"SELECT id, \"at\", strftime(make_timestamp(\"at\" * 1000), '%Y-%m-%dT%H:%M:%S.%gZ') AS time, batch, "
-                f"events, prob, range_lo, range_hi, \"key\", alarm, times {sql} ORDER BY \"at\", seq", params=args
+                f"events, prob, range_lo, range_hi, \"key\", alarm, times, \"partition\" {sql} ORDER BY \"at\", seq",
+                params=args
             ).to_arrow_reader(rows_per_chunk)
             for batch in reader:
                 writer.write_table(pa.Table.from_batches([batch]).cast(schema))
@@ -489,7 +490,8 @@ def _row(item: dict) -> dict:
         "%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "batch": item.get("batch"),
         "events": json.dumps(item["events"], separators=(",", ":")), "prob": item["prob"], "range_lo": rng[0],
         "range_hi": rng[1], "key": key_json(item.get("key")), "alarm": item.get("alarm"),
-        "times": json.dumps(item["times"], separators=(",", ":")) if item.get("times") else None}
+        "times": json.dumps(item["times"], separators=(",", ":")) if item.get("times") else None,
+        "partition": item.get("partition")}
 
 
 def _day_start(day: str) -> int:
@@ -497,7 +499,8 @@ def _day_start(day: str) -> int:
 
 
 def _item(row: Sequence[Any]) -> dict:
-    match_id, at, seq, batch, events, prob, lo, hi, key, alarm, times = row
+    match_id, at, seq, batch, events, prob, lo, hi, key, alarm, times, partition = row
     return {"id": match_id, "events": json.loads(events), "prob": prob,
             "range": [lo, hi] if lo is not None else None, "batch": batch, "at": at / 1000.0,
-            "alarm": alarm, "key": json.loads(key) if key else None, "times": json.loads(times) if times else None}
+            "alarm": alarm, "key": json.loads(key) if key else None, "times": json.loads(times) if times else None,
+            "partition": partition}

@@ -53,14 +53,18 @@ class Match:
     ``{"region": 17}``; ``None`` for a query without one. Alarms are kept per query and
     key. ``times`` gives each matched event's time support by variable, ``(earliest,
     latest)`` (a histogram's first edge and max time, an interval's bounds, in the events'
-    own unit). Neither is part of the match's JSON (``penumbra eval`` prints events and
-    probability), and two matches that differ only in them are equal."""
+    own unit). ``partition`` is a join match's probing range (the PTJoin paper's Theorem 3,
+    or Eqs. 4-6 for intervals): the one of its first event's ranges, ``lpr``, ``sr`` or
+    ``rpr``, that holds its second event's max time. None of these is part of the match's
+    JSON (``penumbra eval`` prints events and probability), and two matches that differ only
+    in them are equal."""
 
     events: dict[str, str]
     prob: float
     range: tuple[float, float] | None = None
     key: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     times: dict[str, tuple[float, float]] | None = field(default=None, compare=False, repr=False)
+    partition: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"events": dict(self.events), "prob": self.prob}

@@ -51,6 +51,38 @@ class Inspection:
             near.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
                          "prob": float(probs[m])})
 
+    def _pair_partitions(self, lo: np.ndarray, hi: np.ndarray, template: np.ndarray,
+                         partner_hi: np.ndarray) -> list[str | None]:
+        """For pairs of an A event (support ``lo``..``hi``, ``template`` index or -1) and a B
+        event (max time ``partner_hi``): the probing range of the A event holding the B
+        event's max time, as :meth:`_ranges` and the inspector place a partner: ``lpr``,
+        ``sr`` or ``rpr`` (the first that holds it, bounds included), None outside them all."""
+        d = self.d
+        pi = self._pi(self.sides[1])
+        pi = math.inf if pi is None else pi
+        lpr_lo, lpr_hi = lo - d, hi - d + pi
+        sr_lo, sr_hi = hi - d + pi, lo + d
+        rpr_lo, rpr_hi = lo + d, hi + d + pi
+        tables = self.tables
+        if tables is not None:
+            templated = (template >= 0) & (template < len(tables.max_a))
+            if templated.any():
+                u = template[templated]
+                shift = hi[templated] - tables.max_a[u]
+                lpr_lo, lpr_hi, sr_lo, sr_hi, rpr_lo, rpr_hi = (np.array(x, dtype=float, copy=True) for x in (
+                    lpr_lo, lpr_hi, sr_lo, sr_hi, rpr_lo, rpr_hi))
+                lpr_lo[templated] = tables.left.min(axis=1)[u] + shift - d
+                lpr_hi[templated] = tables.left.max(axis=1)[u] + shift - d
+                rpr_lo[templated] = tables.right.min(axis=1)[u] + shift + d
+                rpr_hi[templated] = tables.right.max(axis=1)[u] + shift + d
+                sr_lo[templated] = lpr_hi[templated]
+                sr_hi[templated] = rpr_lo[templated]
+        x = partner_hi
+        place = np.select([(x >= lpr_lo) & (x <= lpr_hi), (x >= sr_lo) & (x <= sr_hi), (x >= rpr_lo) & (x <= rpr_hi)],
+                          [0, 1, 2], 3)
+        names = ("lpr", "sr", "rpr", None)
+        return [names[k] for k in place.tolist()]
+
     def _partition_sample(self, new: list[Rows], count: int) -> list[dict]:
         """Partition bounds (on the partner's max time) of a few arriving events."""
         out = []

@@ -54,8 +54,10 @@ class JoinMatches(Sequence[Match]):
     arrived in it, and both events of a pair share the key."""
 
     def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
-                 key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None):
+                 key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None,
+                 partition_of=None):
         self.names = names
+        self._partition_of = partition_of   # (A lo, A hi, A template, B hi) -> each pair's probing range
         self._parts = parts          # (A's rows, A's indices, B's rows, B's indices, probabilities)
         self._length = sum(len(part[4]) for part in parts)
         self._key_names = key_names
@@ -104,6 +106,14 @@ class JoinMatches(Sequence[Match]):
         return [dict(zip(names, arrived_a[a] if a in arrived_a else arrived_b[b]))
                 for a, b in zip(self.a_ids.tolist(), self.b_ids.tolist())]
 
+    @cached_property
+    def partitions(self) -> list[str | None]:
+        """Each match's :attr:`Match.partition`."""
+        if self._partition_of is None or not len(self):
+            return [None] * len(self)
+        return self._partition_of(self._gather(0, "lo"), self._gather(0, "hi"), self._gather(0, "template"),
+                                  self._gather(2, "hi"))
+
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
             return np.empty(0, dtype=object if column == "ids" else float)
@@ -113,13 +123,13 @@ class JoinMatches(Sequence[Match]):
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
         return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]),
-                     key=self.keys[k], times=self.times[k])
+                     key=self.keys[k], times=self.times[k], partition=self.partitions[k])
 
     def __iter__(self) -> Iterator[Match]:
         a, b = self.names
-        for a_id, b_id, prob, key, times in zip(self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(),
-                                                self.keys, self.times):
-            yield Match({a: a_id, b: b_id}, prob, key=key, times=times)
+        for a_id, b_id, prob, key, times, partition in zip(self.a_ids.tolist(), self.b_ids.tolist(),
+                                                           self.probs.tolist(), self.keys, self.times, self.partitions):
+            yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition)
 
 
 @dataclass
@@ -325,7 +335,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
-        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals)
+        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals, self._pair_partitions)
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},

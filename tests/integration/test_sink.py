@@ -25,7 +25,8 @@ COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
 def match_rows(query: str, count: int, salt: str) -> list[tuple]:
     """Match rows as the processor makes them: the match, and its key, probability and times."""
     return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(),
-             json.dumps([{"k": n % 3}, n / count, {"A": [n, n + 1]}]).encode()) for n in range(count)]
+             json.dumps([{"k": n % 3}, n / count, {"A": [n, n + 1]}, ["lpr", "sr", "rpr"][n % 3]]).encode())
+            for n in range(count)]
 
 
 @pytest.mark.parametrize("per_call", [1, 7, 10_000])
@@ -42,7 +43,8 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
         assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
                             b"i": instance_id(query, json.loads(row[5])[0]).encode(),
                             b"k": key_json(json.loads(row[5])[0]).encode(),
-                            b"t": json.dumps(json.loads(row[5])[2], separators=(",", ":")).encode()}
+                            b"t": json.dumps(json.loads(row[5])[2], separators=(",", ":")).encode(),
+                            b"p": json.loads(row[5])[3].encode()}
                            for row, batch in expected]
         # each key's instance counts its matches, whatever the calls
         records = {i.decode(): read_instance(r) for i, r in client.hgetall(keys.instances(query)).items()}

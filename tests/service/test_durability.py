@@ -98,7 +98,7 @@ def test_a_batch_the_sink_committed_survives_a_kill_of_redis_right_after(crashin
     with BusyDisk(crashing_redis.url):
         for batch in range(ROUNDS):
             rows = [("q1", n % 4, "m", -1, json.dumps({"events": {"A": f"a{batch}-{n}"}, "prob": 0.9}).encode(),
-                     json.dumps([{"k": n % 5}, 0.9, None]).encode()) for n in range(40)]
+                     json.dumps([{"k": n % 5}, 0.9, None, None]).encode()) for n in range(40)]
             sink.write(pd.DataFrame(rows, columns=columns), batch)
             restart(crashing_redis).close()
             sink._client = None          # the sink's connection died with the server

@@ -211,3 +211,13 @@ def test_a_key_filter_naming_all_or_some_of_the_keys_attributes(tmp_path):
                    {"region": 9}, {"other": 1}):
         found = [i["id"] for i in all_pages(history, Filters(key=wanted), 7)]
         assert found == [i for i, key in written if all(key.get(a) == v for a, v in wanted.items())], wanted
+
+
+def test_a_matchs_times_and_probing_range_are_archived_and_read_back(tmp_path):
+    rows = [(json.dumps({"events": {"A": "a1", "B": "b1"}, "prob": 0.7}).encode(), 1, {"region": 3}, 0.7,
+             {"A": [10.0, 12.5], "B": [11.0, 14.0]}, "sr"),
+            (json.dumps({"events": {"A": "a2", "B": "b2"}, "prob": 0.6}).encode(), 0, None, 0.6, None, None)]
+    ArchiveWriter(tmp_path, "j1").write(4, T0, {"q": rows}, {})
+    items = all_pages(History(tmp_path), Filters(), 10)
+    assert [(i["times"], i["partition"]) for i in items] == [({"A": [10.0, 12.5], "B": [11.0, 14.0]}, "sr"),
+                                                             (None, None)]
