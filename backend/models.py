@@ -367,6 +367,9 @@ class WhatIfOut(BaseModel):
     threshold: float | None = Field(description="the threshold now")
     floor: float = Field(description="the lowest threshold the query keeps candidates for")
     batches: int = Field(description="micro-batches in the window")
+    since: float | None = Field(None, description="when the window's first micro-batch was written (seconds since "
+                                                  "the epoch)")
+    until: float | None = Field(None, description="when its latest was written")
     matches: int = Field(description="matches found in the window")
     near_misses: int = Field(description="candidates between the floor and the threshold in the window")
     near_miss_samples: int = Field(description="near misses whose probability the job recorded")

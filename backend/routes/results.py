@@ -148,7 +148,9 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     (``exact`` false). Pattern and lossy queries record no candidates below their
     threshold: their floor is it."""
     observed = service.redis.xrevrange(service.keys.observations(query_id), count=batches)
-    records = [(o["batch"], o["observations"]) for o in (read_observation(i, f) for i, f in observed)]
+    read = [read_observation(i, f) for i, f in observed]
+    records = [(o["batch"], o["observations"]) for o in read]
+    times = [o["at"] for o in read]
     threshold = entry.get("threshold")
     floors = [o["floor"] for _, o in records if isinstance(o.get("floor"), (int, float))]
     floor = floors[0] if floors else (threshold if entry["kind"] != "join" else None)
@@ -165,6 +167,7 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     points = [{"threshold": float(t), "matches": float((match_probs >= t).sum()) + near.at_least(t)}
               for t in thresholds]
     return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(records),
+            "since": min(times) if times else None, "until": max(times) if times else None,
             "matches": int(len(match_probs)), "near_misses": near.total, "near_miss_samples": near.samples,
             "exact": near.exact, "points": points}
 

@@ -163,6 +163,15 @@ def test_alarm_instances_group_under_their_query_named_by_key(tab, api, store, k
     page.select_option("#f-state", "acknowledged")
     wait_until(page, f"document.querySelectorAll('details[data-query=\"{query_id}\"] .group').length === 1")
     assert group.locator(".group h3").inner_text() == "region 18"
+    # the instance's matches one click away: the history of its query and key
+    page.select_option("#f-state", "")
+    card.locator("a", has_text="all its matches").click()
+    page.wait_for_selector('.tabs a[data-view="history"][aria-current="page"]')
+    assert page.input_value("#hist-key") == "region=18"
+    wait_until(page, "document.querySelectorAll('#hist-table tbody tr').length === 2")
+    assert all("region 18" in text for text in page.locator("#hist-table tbody tr").all_inner_texts())
+    tab.open(f"alarms?query={query_id}")
+    group.locator(".group").first.wait_for()
     # collapsible
     group.locator("summary").click()
     assert not group.locator(".group").first.is_visible()

@@ -309,11 +309,18 @@ export default {
       const a = store.alarms.get(alarm.id);
       const about = keyText(a.key);
       const name = store.queries.get(a.query)?.name ?? a.name;
+      const keyParam = a.key ? Object.entries(a.key).map(([k, v]) => `${k}=${v}`).join(", ") : "";
+      const history = `#/history?query=${encodeURIComponent(a.query)}${keyParam ? `&key=${encodeURIComponent(keyParam)}` : ""}`;
+      const when = a.last_at ? ` at <span title="${esc(fullTime(a.last_at))}">${clock(a.last_at)}</span>` : "";
+      const probs = `${a.high_prob !== null && a.high_prob !== undefined ? `highest ${percent(a.high_prob)}` : ""}`
+        + `${a.last_prob !== null && a.last_prob !== undefined ? `, latest ${percent(a.last_prob)}${when}` : ""}`;
+      const counted = `<span class="count" data-testid="count">${count(a.matches)}</span> ${a.matches === 1 ? "match" : "matches"}`;
       element.querySelector(".summary").innerHTML = `
         <header><h3>${about ? esc(about) : esc(name)}</h3>${stateBadge(a)}</header>
-        <p><span class="count" data-testid="count">${count(a.matches)}</span> ${a.matches === 1 ? "match" : "matches"}
-          since it opened${a.high_prob !== null && a.high_prob !== undefined ? `; highest ${percent(a.high_prob)}` : ""}${a.last_prob !== null && a.last_prob !== undefined ? `, latest ${percent(a.last_prob)}` : ""}
-          ${a.last_at ? ` at <span title="${esc(fullTime(a.last_at))}">${clock(a.last_at)}</span>` : ""}</p>
+        <p>${a.state === "resolved"
+          ? (a.matches ? `Its last episode had ${counted}${probs ? `: ${probs}` : ""}.` : `No match in this episode${probs ? ` (earlier: ${probs})` : ""}.`)
+          : `${counted} since it opened${probs ? `; ${probs}` : ""}.`}
+          <a href="${history}" class="small">all its matches</a></p>
         ${a.silence ? `<p class="muted small">covered by a silence until ${clock(a.silenced_until)}</p>` : ""}
         ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.verdict ? ` (${a.verdict === "false" ? "false alarm" : esc(a.verdict)})` : ""}${a.comment ? `: ${esc(a.comment)}` : ""}</p>`
           : a.episode > 1 && a.state === "new" ? `<p class="muted small">reopened by the job at ${clock(a.opened_at)}</p>` : ""}`;

@@ -5,7 +5,7 @@
 // verdicts' reliability diagram and precision by threshold say how far to trust it.
 
 import { get, patch, q, session } from "../api.js";
-import { clock, count, esc, fullTime, percent } from "../format.js";
+import { clock, count, duration, esc, fullTime, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, refreshQueries, store } from "../store.js";
 import { notify } from "../ui.js";
@@ -230,7 +230,8 @@ export default {
           + `${count(whatIf.near_misses)} near misses; alarms are the episodes that would have opened`
           + `${whatIf.points.some((p) => !p.exact) ? " (at least that many where near misses reach the threshold: they carry no key)" : ""}.`
         : whatIf.batches
-        ? `${count(whatIf.batches)} micro-batches: ${count(whatIf.matches)} matches and ${count(whatIf.near_misses)} near misses `
+        ? `${count(whatIf.batches)} micro-batches${whatIf.since ? ` (written from ${clock(whatIf.since)} to ${clock(whatIf.until)}, `
+            + `${duration(Math.max(0, whatIf.until - whatIf.since))})` : ""}: ${count(whatIf.matches)} matches and ${count(whatIf.near_misses)} near misses `
           + `(candidates between the floor ${percent(whatIf.floor)} and the threshold)${whatIf.exact ? "" : "; counts below the current threshold are scaled from samples"}.`
         : "No micro-batch observed for this query yet: the chart fills as the job runs.";
       if (entry && entry.kind !== "join") {
