@@ -72,7 +72,7 @@ def period_of(since: str | None, until: str | None, last: str | None, now_ms: in
         if not found:
             raise ValueError(f"last must be minutes, hours or days, e.g. 90m, 24h, 7d; got {last!r}")
         amount, unit = found.groups()
-        start = (end if end is not None else now_ms) - int(float(amount) * _UNIT_MS[unit])
+        start = max(0, (end if end is not None else now_ms) - int(float(amount) * _UNIT_MS[unit]))
     if start is not None and end is not None and start >= end:
         raise ValueError("since must be before until")
     return Period(start, end)
@@ -262,7 +262,7 @@ class History:
 
     def _live_page(self, query: str, filters: Filters, count: int, after: str | None) -> list[dict]:
         """The result stream's matches after the cursor (a read of at most a few pages)."""
-        if self.redis is None:
+        if self.redis is None or (filters.period.until is not None and filters.period.until <= 0):
             return []
         since = filters.period.since
         low = f"({after}" if after else (f"{since}-0" if since is not None else "-")

@@ -246,3 +246,12 @@ def test_rates_count_each_querys_matches_of_the_window_on_the_server(redis_serve
     # no event was sent on the streams: each source says so (null), for the dashboard to flag
     assert all(item["sources"] == {"rta": None, "rtb": None} for item in body["items"])
     assert next(i for i in body["items"] if i["query"] == ids[0])["per_minute"] == pytest.approx(34 / 15, rel=1e-3)
+
+
+def test_a_period_reaching_before_the_epoch_starts_at_it(world):
+    client, _, _, query, written, _ = world
+    for route in (f"/api/queries/{query}/history", f"/api/queries/{query}/history/summary", "/api/rates"):
+        for params in ({"last": "30000d"},) + (({"until": "0"}, {"since": "0", "until": "1"}) if "rates" not in route
+                                               else ()):
+            answer = client.get(route, params=params, headers=ADMIN)
+            assert answer.status_code == 200, (route, params, answer.text)
