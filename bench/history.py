@@ -61,6 +61,7 @@ def build(root: Path, matches: int, keys: int, seed: int = 1) -> tuple[int, int]
         table = pa.table({"id": ids, "at": at, "seq": seq, "batch": batch + day * batches, "job": ["j"] * n,
                           "kind": ["match"] * n, "events": events, "prob": prob, "count": np.ones(n, np.int64),
                           "range_lo": pa.nulls(n, pa.float64()), "range_hi": pa.nulls(n, pa.float64()),
+                          "partition": pa.nulls(n, pa.string()),
                           "times": pc.binary_join_element_wise('{"A":[', pc.cast(pa.array(at - 500), pa.string()), ",",
                                                                pc.cast(pa.array(at - 100), pa.string()), "]}", ""),
                           "key": spelled, "alarm": alarm, "group": (key % 8).astype(np.int32)}, schema=SCHEMA)
