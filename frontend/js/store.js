@@ -6,6 +6,7 @@
 // match after it once; the ids seen are kept too, so nothing is ever shown twice.
 
 import { get, q, session } from "./api.js";
+import { esc } from "./format.js";
 
 export const MAX_MATCHES = 5000;
 const MAX_SERIES = 600;
@@ -79,6 +80,17 @@ export function notifyOpened(alarm) {
 bus.addEventListener("opened", (event) => notifyOpened(event.detail));
 
 /** What an alarm instance is about, in words: "region 17", "region 17 · floor 2"; "" without key. */
+/** Fills a query picker with the registered queries, keeping its choice (or ``wanted``,
+ *  e.g. the page's ?query=) when it is still registered. */
+export function fillQuerySelect(select, wanted) {
+  const chosen = select.value || wanted;
+  const entries = [...store.queries.values()];
+  select.innerHTML = entries.length
+    ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
+    : `<option value="">no query registered</option>`;
+  if (entries.some((e) => e.id === chosen)) select.value = chosen;
+}
+
 export function keyText(key) {
   if (!key) return "";
   return Object.entries(key).map(([name, value]) => `${name} ${value}`).join(" · ");

@@ -7,7 +7,7 @@
 import { ApiError, get, q, session } from "../api.js";
 import { clock, count, esc, fullTime, likelihood, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
-import { bus, keyText, store } from "../store.js";
+import { bus, fillQuerySelect, keyText, store } from "../store.js";
 
 const PRESETS = { "1h": 3_600_000, "24h": 86_400_000, "7d": 7 * 86_400_000 };
 const PAGE = 100;
@@ -62,14 +62,7 @@ export default {
     let current = null;   // the shown period's query string (more pages and downloads keep it)
     let generation = 0;
 
-    function fillQueries() {
-      const chosen = $("#hist-query").value || params.get("query");
-      const entries = [...store.queries.values()];
-      $("#hist-query").innerHTML = entries.length
-        ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
-        : `<option value="">no query registered</option>`;
-      if (entries.some((e) => e.id === chosen)) $("#hist-query").value = chosen;
-    }
+    const fillQueries = () => fillQuerySelect($("#hist-query"), params.get("query"));
 
     function keyFilter() {
       const text = $("#hist-key").value.trim();

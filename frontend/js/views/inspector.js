@@ -3,8 +3,7 @@
 // pattern match's timeline (inspector/pattern.js), a lossy match's observed and missed
 // components (inspector/lossy.js).
 
-import { esc } from "../format.js";
-import { bus, store } from "../store.js";
+import { bus, fillQuerySelect, store } from "../store.js";
 import { mountJoin } from "./inspector/join.js";
 import { showSequence } from "./inspector/lossy.js";
 import { purgePattern, showPattern } from "./inspector/pattern.js";
@@ -22,14 +21,7 @@ export default {
     const matchPanel = $("#match-panel");
     const join = mountJoin($("#join-panel"), () => $("#ins-query").value);
 
-    function fillQueries() {
-      const chosen = $("#ins-query").value || params.get("query");
-      const entries = [...store.queries.values()];
-      $("#ins-query").innerHTML = entries.length
-        ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
-        : `<option value="">no query registered</option>`;
-      if (entries.some((e) => e.id === chosen)) $("#ins-query").value = chosen;
-    }
+    const fillQueries = () => fillQuerySelect($("#ins-query"), params.get("query"));
 
     async function chooseQuery() {
       join.cancel();

@@ -7,7 +7,7 @@
 import { get, patch, q, session } from "../api.js";
 import { clock, count, duration, esc, fullTime, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
-import { bus, refreshQueries, store } from "../store.js";
+import { bus, fillQuerySelect, refreshQueries, store } from "../store.js";
 import { notify } from "../ui.js";
 
 /** Thresholds applied from this tab, per query: [{batch, threshold}] (the rate chart's marks). */
@@ -138,13 +138,7 @@ export default {
           : `A threshold of ${percent(found.threshold_for)} reaches ${percent(target, 0)} precision on these verdicts.`;
     }
 
-    function fillQueries() {
-      const chosen = select.value || params.get("query");
-      const entries = [...store.queries.values()];
-      select.innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)} (${esc(e.kind)})</option>`).join("")
-        : `<option value="">no query registered</option>`;
-      if (entries.some((e) => e.id === chosen)) select.value = chosen;
-    }
+    const fillQueries = () => fillQuerySelect(select, params.get("query"));
 
     function shapes(t) {
       const colours = palette();
