@@ -334,7 +334,17 @@ class History:
         if source is not None:
             sql, args = source
             total, top = self.db.execute(f'SELECT count(*), max("at" * 1000000 + seq) {sql}', args).fetchall()[0]
-        return int(total) + sum(1 for _ in self._tail(query, filters, top))
+        if filters.key is not None or filters.min_prob is not None or self.redis is None:
+            return int(total) + sum(1 for _ in self._tail(query, filters, top))
+        # a period alone: the live tail's entries beyond the archive's newest are counted in Redis
+        since = filters.period.since
+        low = f"({top // 1000000}-{top % 1000000}" if top is not None else (f"{since}-0" if since is not None else "-")
+        if top is not None and since is not None and top // 1000000 < since:
+            low = f"{since}-0"
+        high = f"{filters.period.until - 1}-18446744073709551615" if filters.period.until is not None else "+"
+        if filters.period.until is not None and filters.period.until <= 0:
+            return int(total)
+        return int(total) + int(self.redis.eval(_COUNT_RANGE, 1, self.keys.matches(query), low, high))
 
     def summary(self, query: str, filters: Filters, bucket_ms: int) -> dict:
         """Matches per time bucket and per key over the period (archive and live tail)."""
@@ -462,6 +472,18 @@ class History:
             matches += near_at_least
         return {"matches": matches.tolist(), "alarms": alarms.tolist(), "near_at_least": near_at_least.tolist(),
                 "near_misses": near_total, "archived": archived}
+
+
+#: The entries of a stream between two ids (XRANGE's forms), counted where they are.
+_COUNT_RANGE = """
+local n, low = 0, ARGV[1]
+while true do
+  local found = redis.call('XRANGE', KEYS[1], low, ARGV[2], 'COUNT', 10000)
+  n = n + #found
+  if #found < 10000 then return n end
+  low = '(' .. found[#found][1]
+end
+"""
 
 
 def _listed(paths: Sequence[Path]) -> str:

@@ -707,3 +707,10 @@ def test_the_editor_warns_of_an_attribute_never_seen_and_the_list_flags_silent_s
     flag = page.locator(f'tr[data-query="{query_id}"] [data-testid="idle"]')
     flag.wait_for()
     assert f"{b.casefold()}: no event yet" in flag.inner_text() and a.casefold() not in flag.inner_text()
+    # Health lists the sources the same way
+    tab.open("health")
+    silent = page.locator(f'#sources tr[data-stream="{b.casefold()}"]')
+    silent.wait_for()
+    assert "none yet" in silent.inner_text() and "idle-row" in silent.get_attribute("class")
+    heard = page.locator(f'#sources tr[data-stream="{a.casefold()}"]')
+    assert "⚠" not in heard.inner_text() and (heard.get_attribute("class") or "") == ""

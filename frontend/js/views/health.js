@@ -7,7 +7,7 @@
 import { get, q } from "../api.js";
 import { ago, clock, count, duration, esc, fullTime, number } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
-import { bus, store } from "../store.js";
+import { bus, fillQuerySelect, store } from "../store.js";
 
 const POLL_MS = 5000;
 
@@ -55,6 +55,9 @@ const PART_NAMES = { redis: "Redis", job: "Spark job", api: "API" };
 // the queries the job quarantined, by name (the Queries view says why and retries them)
 const failedNames = () => [...store.queries.values()].filter((e) => e.failed).map((e) => e.name).join(", ");
 
+/** A source with no event for this long is flagged (seconds), as on the query list. */
+const IDLE_SECONDS = 300;
+
 export default {
   title: "Buffers and health",
   mount(main, params) {
@@ -71,6 +74,10 @@ export default {
           <div class="card"><h3>Input and processing rate</h3><div class="chart small" id="c-rate" role="img" aria-label="Input and processed rows per second over time"></div></div>
           <div class="card"><h3>Lag</h3><div class="chart small" id="c-lag" role="img" aria-label="Lag in seconds over time"></div></div>
         </div>
+      </section>
+      <section aria-labelledby="sources-title" class="stack">
+        <h2 id="sources-title">Sources</h2>
+        <div class="card" id="sources" data-testid="sources"><p class="muted">Loading…</p></div>
       </section>
       <section aria-labelledby="restarts-title" class="stack">
         <h2 id="restarts-title">Restarts</h2>
@@ -180,12 +187,36 @@ export default {
       ], { ...common, ...note, barmode: "group", yaxis: { title: { text: "per micro-batch" }, rangemode: "tozero" } });
     }
 
-    function fillQueries() {
-      const chosen = $("#h-query").value || params.get("query");
-      const entries = [...store.queries.values()];
-      $("#h-query").innerHTML = entries.length ? entries.map((e) => `<option value="${esc(e.id)}">${esc(e.name)}</option>`).join("")
-        : `<option value="">no query registered</option>`;
-      if (entries.some((e) => e.id === chosen)) $("#h-query").value = chosen;
+    const fillQueries = () => fillQuerySelect($("#h-query"), params.get("query"));
+
+    // the streams the queries read, when each was last heard from (GET /rates), a silent one flagged
+    async function loadSources() {
+      const box = $("#sources");
+      let found;
+      try {
+        found = await get("/rates?last=15m");
+      } catch (error) {
+        box.innerHTML = `<p class="empty">Not known now: ${esc(error.message)}</p>`;
+        return;
+      }
+      const readers = new Map();
+      for (const item of found.items) {
+        for (const [stream, at] of Object.entries(item.sources ?? {})) {
+          const seen = readers.get(stream) ?? { at, queries: [] };
+          seen.queries.push(store.queries.get(item.query)?.name ?? item.query);
+          readers.set(stream, seen);
+        }
+      }
+      const now = Date.now() / 1000;
+      box.innerHTML = !readers.size ? `<p class="empty">No query reads a stream yet.</p>`
+        : `<table class="responsive"><thead><tr><th scope="col">Stream</th><th scope="col">Last event</th>
+          <th scope="col">Read by</th></tr></thead><tbody>${[...readers].sort(([a], [b]) => a.localeCompare(b)).map(([stream, seen]) => {
+            const idle = seen.at === null || now - seen.at > IDLE_SECONDS;
+            return `<tr data-stream="${esc(stream)}"${idle ? ' class="idle-row"' : ""}><td data-label="Stream">${esc(stream)}</td>
+              <td data-label="Last event">${seen.at === null ? '<span class="idle">⚠ none yet</span>'
+                : `<span title="${esc(fullTime(seen.at))}"${idle ? ' class="idle"' : ""}>${idle ? "⚠ " : ""}${clock(seen.at)} (${ago(seen.at)})</span>`}</td>
+              <td data-label="Read by">${esc(seen.queries.join(", "))}</td></tr>`;
+          }).join("")}</tbody></table>`;
     }
 
     async function loadQuery() {
@@ -221,9 +252,12 @@ export default {
     renderRestarts();
     loadHistory();
     loadQuery();
+    loadSources();
     const timer = setInterval(() => { loadQuery(); renderJob(); }, POLL_MS);
+    const sourcesTimer = setInterval(loadSources, 30_000);
     return () => {
       clearInterval(timer);
+      clearInterval(sourcesTimer);
       bus.removeEventListener("health", onHealth);
       bus.removeEventListener("metrics", onMetrics);
       bus.removeEventListener("queries", onQueries);
