@@ -262,13 +262,10 @@ class History:
 
     def _live_page(self, query: str, filters: Filters, count: int, after: str | None) -> list[dict]:
         """The result stream's matches after the cursor (a read of at most a few pages)."""
-        if self.redis is None or (filters.period.until is not None and filters.period.until <= 0):
+        bounds = _stream_range(filters.period, after)
+        if self.redis is None or bounds is None:
             return []
-        since = filters.period.since
-        low = f"({after}" if after else (f"{since}-0" if since is not None else "-")
-        if after and since is not None and parse_cursor(after)[0] < since:
-            low = f"{since}-0"
-        high = f"{filters.period.until - 1}-18446744073709551615" if filters.period.until is not None else "+"
+        low, high = bounds
         out: list[dict] = []
         for _ in range(5):
             found = self.redis.xrange(self.keys.matches(query), low, high, count=count)
@@ -337,14 +334,10 @@ class History:
         if filters.key is not None or filters.min_prob is not None or self.redis is None:
             return int(total) + sum(1 for _ in self._tail(query, filters, top))
         # a period alone: the live tail's entries beyond the archive's newest are counted in Redis
-        since = filters.period.since
-        low = f"({top // 1000000}-{top % 1000000}" if top is not None else (f"{since}-0" if since is not None else "-")
-        if top is not None and since is not None and top // 1000000 < since:
-            low = f"{since}-0"
-        high = f"{filters.period.until - 1}-18446744073709551615" if filters.period.until is not None else "+"
-        if filters.period.until is not None and filters.period.until <= 0:
+        bounds = _stream_range(filters.period, f"{top // 1000000}-{top % 1000000}" if top is not None else None)
+        if bounds is None:
             return int(total)
-        return int(total) + int(self.redis.eval(_COUNT_RANGE, 1, self.keys.matches(query), low, high))
+        return int(total) + int(self.redis.eval(_COUNT_RANGE, 1, self.keys.matches(query), *bounds))
 
     def summary(self, query: str, filters: Filters, bucket_ms: int) -> dict:
         """Matches per time bucket and per key over the period (archive and live tail)."""
@@ -472,6 +465,18 @@ class History:
             matches += near_at_least
         return {"matches": matches.tolist(), "alarms": alarms.tolist(), "near_at_least": near_at_least.tolist(),
                 "near_misses": near_total, "archived": archived}
+
+
+def _stream_range(period: Period, after: str | None) -> tuple[str, str] | None:
+    """XRANGE's bounds for a period's entries after a cursor (None: the period holds none)."""
+    if period.until is not None and period.until <= 0:
+        return None
+    since = period.since
+    low = f"({after}" if after else (f"{since}-0" if since is not None else "-")
+    if after and since is not None and parse_cursor(after)[0] < since:
+        low = f"{since}-0"
+    high = f"{period.until - 1}-18446744073709551615" if period.until is not None else "+"
+    return low, high
 
 
 #: The entries of a stream between two ids (XRANGE's forms), counted where they are.
