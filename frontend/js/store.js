@@ -40,18 +40,40 @@ export async function refreshQueries() {
   return store.queries;
 }
 
-/** Every alarm instance, page by page (at most MAX_ALARMS). */
+/** Every alarm instance, page by page (at most MAX_ALARMS). An instance the feed brings while
+ *  the pages are read wins over the read one when it is at least as recent. */
 export async function refreshAlarms() {
+  const arrivedMeanwhile = new Map();
+  inflight.add(arrivedMeanwhile);
   const found = [];
-  let next = null;
-  do {
-    const answer = await get(`/alarms?limit=1000${next ? `&next=${encodeURIComponent(next)}` : ""}`);
-    found.push(...answer.items);
-    next = answer.next;
-  } while (next && found.length < MAX_ALARMS);
+  try {
+    let next = null;
+    do {
+      const answer = await get(`/alarms?limit=1000${next ? `&next=${encodeURIComponent(next)}` : ""}`);
+      found.push(...answer.items);
+      next = answer.next;
+    } while (next && found.length < MAX_ALARMS);
+  } finally {
+    inflight.delete(arrivedMeanwhile);
+  }
   store.alarms = new Map(found.map((a) => [a.id, a]));
-  for (const a of found) episodes.set(a.id, Math.max(episodes.get(a.id) ?? 0, a.episode ?? 0));
+  for (const alarm of arrivedMeanwhile.values()) {
+    const read = store.alarms.get(alarm.id);
+    if (!read || !newer(read, alarm)) store.alarms.set(alarm.id, alarm);
+  }
+  for (const a of store.alarms.values()) episodes.set(a.id, Math.max(episodes.get(a.id) ?? 0, a.episode ?? 0));
   emit("alarms");
+}
+
+// the feed's instances that arrived while a refresh was reading its pages
+const inflight = new Set();
+
+/** Whether instance a is strictly more recent than b (a later episode, a later match, a later act). */
+function newer(a, b) {
+  if ((a.episode ?? 0) !== (b.episode ?? 0)) return (a.episode ?? 0) > (b.episode ?? 0);
+  if (a.last && b.last && a.last !== b.last) return compareIds(a.last, b.last) > 0;
+  if (!!a.last !== !!b.last) return !!a.last;
+  return (a.updated_at ?? 0) > (b.updated_at ?? 0);
 }
 
 // the highest episode seen of each instance: an instance opens (again) when a later one comes
@@ -59,6 +81,7 @@ const episodes = new Map();
 
 export function setAlarm(alarm) {
   const seen = episodes.get(alarm.id);
+  for (const meanwhile of inflight) meanwhile.set(alarm.id, alarm);
   store.alarms.set(alarm.id, alarm);
   episodes.set(alarm.id, Math.max(seen ?? 0, alarm.episode ?? 0));
   if (alarm.state === "new" && (seen === undefined || seen < (alarm.episode ?? 0))) emit("opened", alarm);
