@@ -64,6 +64,8 @@ SCHEMA = pa.schema([
     pa.field("key", pa.string()),       # the key's canonical JSON (null: a query without one)
     pa.field("alarm", pa.string()),     # the alarm instance
     pa.field("group", pa.int32()),      # the key group
+    pa.field("records", pa.string()),   # JSON {variable: event}: the matched events (Match.records)
+    pa.field("factors", pa.string()),   # JSON [factor]: a lossy match's probability taken apart
 ])
 
 _JOB = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -195,7 +197,7 @@ class ArchiveWriter:
     def write(self, batch: int, at: int, matches: dict[str, Sequence[tuple]],
               near: dict[str, dict[str, int]]) -> list[Path]:
         """Writes each query's rows of the batch: ``matches[q]`` as ``(match JSON, key
-        group, key, probability[, times[, partition]])`` in their live order, ``near[q]`` the batch's near-miss
+        group, key, probability[, times[, partition[, records[, factors]]]])`` in their live order, ``near[q]`` the batch's near-miss
         histogram (bin's lower edge as text -> count). Returns the files written."""
         written = []
         day = day_of(at)
@@ -212,6 +214,8 @@ class ArchiveWriter:
                 continue
             count = len(rows) + len(bins)
             ids, events, probs, lo, hi, keys, alarms, groups, times, parts = [], [], [], [], [], [], [], [], [], []
+            records: list[str | None] = []
+            factors: list[str | None] = []
             spelled_of: dict[tuple, tuple[str | None, str]] = {}
             for seq, (data, group, key, prob, *known) in enumerate(rows):
                 match = orjson.loads(data)
@@ -230,6 +234,8 @@ class ArchiveWriter:
                 groups.append(int(group))
                 times.append(orjson.dumps(known[0]).decode() if known and known[0] else None)
                 parts.append(known[1] if len(known) > 1 and known[1] else None)
+                records.append(orjson.dumps(known[2]).decode() if len(known) > 2 and known[2] else None)
+                factors.append(orjson.dumps(known[3]).decode() if len(known) > 3 and known[3] else None)
             for edge, _ in bins:
                 ids.append(None)
                 events.append(None)
@@ -241,12 +247,14 @@ class ArchiveWriter:
                 groups.append(None)
                 times.append(None)
                 parts.append(None)
+                records.append(None)
+                factors.append(None)
             table = pa.table({
                 "id": ids, "at": [at] * count, "seq": list(range(count)), "batch": [batch] * count,
                 "job": [self.job] * count, "kind": ["match"] * len(rows) + ["near"] * len(bins),
                 "events": events, "prob": probs, "count": [1] * len(rows) + [n for _, n in bins],
                 "range_lo": lo, "range_hi": hi, "times": times, "partition": parts, "key": keys, "alarm": alarms,
-                "group": groups},
+                "group": groups, "records": records, "factors": factors},
                 schema=SCHEMA)
             target = query_dir(self.root, query) / f"date={day}" / f"b-{self.job}-{batch:012d}.parquet"
             _atomic_write(table, target)

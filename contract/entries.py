@@ -152,15 +152,23 @@ def read_dead(fields: dict) -> dict:
 # --- results (pn:out:matches:<qid>, pn:out:obs:<qid>, pn:metrics) --------------------------
 
 def match_entry(match: bytes, batch: int, group: int, instance: str, key: str | None,
-                times: dict | None = None, partition: str | None = None) -> dict:
+                times: dict | None = None, partition: str | None = None, records: dict | None = None,
+                factors: list | None = None) -> dict:
     """One match: its JSON as ``penumbra eval`` prints it (:func:`encode`), the micro-batch
     and the key group that found it, its alarm instance and the instance's key (canonical
     JSON, ``null`` for none: :mod:`contract.alarms`), its events' time supports by
     variable (:attr:`penumbra.operator.Match.times`, ``null`` when not known), a join
-    match's probing range (:attr:`~penumbra.operator.Match.partition`, empty: none). The sink
-    appends these by script (:func:`contract.results.queue_matches`), in this shape."""
-    return {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null", "t": encode(times),
-            "p": partition or ""}
+    match's probing range (:attr:`~penumbra.operator.Match.partition`, empty: none), and
+    when known the matched events (``r``, :attr:`~penumbra.operator.Match.records`) and a
+    lossy match's factors (``f``). The sink appends these by script
+    (:func:`contract.results.queue_matches`), in this shape."""
+    entry = {"m": match, "b": batch, "g": group, "i": instance, "k": key or "null", "t": encode(times),
+             "p": partition or ""}
+    if records:
+        entry["r"] = encode(records)
+    if factors:
+        entry["f"] = encode(factors)
+    return entry
 
 
 def _batch(fields: dict) -> int | None:
@@ -174,13 +182,16 @@ def match_value(fields: dict) -> dict:
 
 def read_match(entry_id: bytes, fields: dict) -> dict:
     """One match entry: its cursor, events, probability, range (patterns), batch, time,
-    alarm instance, key and events' time supports."""
+    alarm instance, key, events' time supports, probing range, and the matched events
+    themselves and a lossy match's factors (for its explanation)."""
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
             "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None,
             "times": json.loads(fields[b"t"]) if b"t" in fields else None,
-            "partition": _text(fields, "p") or None}
+            "partition": _text(fields, "p") or None,
+            "records": json.loads(fields[b"r"]) if b"r" in fields else None,
+            "factors": json.loads(fields[b"f"]) if b"f" in fields else None}
 
 
 def observation_entry(record: dict, batch: int) -> dict:

@@ -217,14 +217,28 @@ class History:
         return items, (items[-1]["id"] if more and items else None)
 
     def find(self, query: str, match: str) -> dict | None:
-        """One archived match by its id."""
+        """One archived match by its id, with its events (``records``) and factors when
+        the archive has them."""
         at, seq = parse_cursor(match)
         source = self._source(query, Filters(Period(at, at + 1)))
         if source is None:
             return None
         sql, args = source
-        row = self._run(lambda: self.db.execute(f"SELECT {_MATCH_COLUMNS} {sql} AND seq = ?", [*args, seq]).fetchall())
-        return _item(row[0]) if row else None
+
+        def read() -> list:
+            try:
+                return self.db.execute(f"SELECT {_MATCH_COLUMNS}, records, factors {sql} AND seq = ?",
+                                       [*args, seq]).fetchall()
+            except duckdb.BinderException:       # files written before matches kept their events
+                return [(*row, None, None) for row in self.db.execute(
+                    f"SELECT {_MATCH_COLUMNS} {sql} AND seq = ?", [*args, seq]).fetchall()]
+
+        rows = self._run(read)
+        if not rows:
+            return None
+        *row, records, factors = rows[0]
+        return {**_item(row), "records": json.loads(records) if records else None,
+                "factors": json.loads(factors) if factors else None}
 
     def _archived_page(self, query: str, filters: Filters, count: int, cursor) -> list[dict]:
         """The archive's next ``count`` matches after ``cursor``, a day's files at a time

@@ -29,7 +29,8 @@ __all__ = ["MATCHES_PER_CALL", "queue_matches"]
 #: the registry's queries. ARGV: maxlen, batch, now, query id, instance count n, the
 #: batch's time in ms and the call's first match's place in the batch, then n times
 #: (instance id, key JSON, count, highest probability, latest probability), then per match
-#: (match JSON, key group, instance index from 0, times JSON, partition). Probabilities stay the
+#: (match JSON, key group, instance index from 0, times JSON, partition, records JSON, factors JSON;
+#: the last two left out of the entry when empty). Probabilities stay the
 #: strings Python wrote (cjson would round them to 14 digits). Returns the entries appended.
 _APPEND_MATCHES = """
 local stream, records, states, events, queries = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -48,11 +49,14 @@ if redis.call('EXISTS', stream) == 1 then
     end
   end
 end
-for i = base, #ARGV, 5 do
+for i = base, #ARGV, 7 do
   local k = tonumber(ARGV[i + 2])
+  local fields = {'m', ARGV[i], 'b', batch, 'g', ARGV[i + 1], 'i', ARGV[8 + 5 * k], 'k', ARGV[9 + 5 * k],
+                  't', ARGV[i + 3], 'p', ARGV[i + 4]}
+  if ARGV[i + 5] ~= '' then fields[#fields + 1] = 'r'; fields[#fields + 1] = ARGV[i + 5] end
+  if ARGV[i + 6] ~= '' then fields[#fields + 1] = 'f'; fields[#fields + 1] = ARGV[i + 6] end
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, own and (ARGV[6] .. '-' .. seq) or '*',
-                        'm', ARGV[i], 'b', batch, 'g', ARGV[i + 1], 'i', ARGV[8 + 5 * k], 'k', ARGV[9 + 5 * k],
-                        't', ARGV[i + 3], 'p', ARGV[i + 4])
+                        unpack(fields))
   seq = seq + 1
   if first[k] == nil then first[k] = id end
   last[k] = id
@@ -95,7 +99,7 @@ for k = 0, n - 1 do
   r['last_prob'] = latest
   redis.call('HSET', records, iid, cjson.encode(r))
 end
-return (#ARGV - base + 1) / 5
+return (#ARGV - base + 1) / 7
 """ % EVENTS_MAXLEN
 MATCHES_PER_CALL = 10_000
 
@@ -103,7 +107,8 @@ MATCHES_PER_CALL = 10_000
 def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: int,
                   matches: Sequence[tuple], maxlen: int, at: int) -> None:
     """Queue a query's matches of one batch on ``pipe`` (the batch's MULTI/EXEC), in order:
-    each ``(match JSON, key group, key, probability[, times[, partition]]])``; the stream capped at about
+    each ``(match JSON, key group, key, probability[, times[, partition[, records[, factors]]]]])``
+    (:class:`~penumbra.operator.Match`'s fields of those names); the stream capped at about
     ``maxlen`` entries. ``at`` is the batch's time in milliseconds: the n-th match's entry
     id is ``<at>-<n>`` (the id the archive gives it too), and the instances it touches are
     stamped with it. ``at`` must be later than the stream's last entry's."""
@@ -124,8 +129,9 @@ def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: in
             if prob > instance[3]:
                 instance[3] = prob
             instance[4] = prob
-            times, partition = (more + [None, None])[:2]
-            rows += (data, group, k, orjson.dumps(times), partition or "")
+            times, partition, records, factors = (more + [None] * 4)[:4]
+            rows += (data, group, k, orjson.dumps(times), partition or "", orjson.dumps(records) if records else "",
+                     orjson.dumps(factors) if factors else "")
         args: list = [maxlen, batch, repr(at / 1000.0), query, len(touched), at, start]
         for iid, spelled, count, high, latest in touched:
             args += (iid, spelled, count, repr(float(high)), repr(float(latest)))

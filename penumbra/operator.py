@@ -55,9 +55,12 @@ class Match:
     latest)`` (a histogram's first edge and max time, an interval's bounds, in the events'
     own unit). ``partition`` is a join match's probing range (the PTJoin paper's Theorem 3,
     or Eqs. 4-6 for intervals): the one of its first event's ranges, ``lpr``, ``sr`` or
-    ``rpr``, that holds its second event's max time. None of these is part of the match's
-    JSON (``penumbra eval`` prints events and probability), and two matches that differ only
-    in them are equal."""
+    ``rpr``, that holds its second event's max time. ``records`` gives the matched events
+    themselves by variable, in the input's shape (stream, id, timestamp as read, attributes),
+    so a match can be explained after its events left the input; ``factors`` is a lossy
+    match's probability taken apart: one factor per run of unobserved components (see
+    :mod:`penumbra.explain`). None of these is part of the match's JSON (``penumbra eval``
+    prints events and probability), and two matches that differ only in them are equal."""
 
     events: dict[str, str]
     prob: float
@@ -65,6 +68,8 @@ class Match:
     key: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     times: dict[str, tuple[float, float]] | None = field(default=None, compare=False, repr=False)
     partition: str | None = field(default=None, compare=False, repr=False)
+    records: dict[str, dict[str, Any]] | None = field(default=None, compare=False, repr=False)
+    factors: list[dict[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"events": dict(self.events), "prob": self.prob}

@@ -7,7 +7,7 @@ state store (RocksDB) and turns its results into rows for the sink.
 
 Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON, and
 in ``raw`` its key, probability, events' time supports and probing range:
-``[key, prob, times, partition]``),
+``[key, prob, times, partition, records, factors]``),
 ``l`` (an event the operator did not process, with the reason), ``o`` (the group's
 observations), ``g`` (the group's state: snapshot size and the shuffle partition that ran
 it, or dropped), ``f`` (the query failed on this group's block: its error; the group keeps
@@ -97,7 +97,7 @@ class GroupProcessor(StatefulProcessor):
         if result is None:
             return None
         # a match's row carries its key and probability for the sink's alarm instances
-        out = [(query_id, group, "m", -1, encode(m.to_json()), encode([m.key, m.prob, m.times, m.partition]))
+        out = [(query_id, group, "m", -1, encode(m.to_json()), encode([m.key, m.prob, m.times, m.partition, m.records, m.factors]))
                for m in result.matches]
         out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
                                                    "reason": late.reason}), None) for late in result.late]

@@ -90,8 +90,7 @@ class Sink:
         for query, group, kind, data, raw in zip(rows["qid"], rows["grp"], rows["kind"], rows["data"], rows["raw"]):
             group = int(group)
             if kind == "m":
-                key, prob, times, partition = orjson.loads(raw)
-                matches[query].append((data, group, key, prob, times, partition))
+                matches[query].append((data, group, *orjson.loads(raw)))
             elif kind == "o":
                 observations[query][group] = json.loads(data)
             elif kind == "g":

@@ -17,7 +17,8 @@ from .rows import Rows
 if TYPE_CHECKING:
     from .operator import _Side
 
-__all__ = ["BUFFERED_SAMPLES", "Inspection", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES"]
+__all__ = ["BUFFERED_SAMPLES", "Inspection", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES", "row_event",
+           "row_timestamp"]
 
 NEAR_MISS_SAMPLES = 20
 #: Near misses are counted by probability in bins of this width (a what-if is exact at
@@ -35,6 +36,25 @@ def _range_of(x: float, ranges: dict[str, list[float]]) -> str | None:
         if lo <= x <= hi:
             return name
     return None
+
+
+def row_timestamp(rows: Rows, i: int, template_names: Sequence[str]) -> dict[str, Any]:
+    """Row ``i``'s timestamp in the input's shape, as the join admitted it: a template name
+    and detection time, an interval (a one-bucket histogram), or a histogram."""
+    template = int(rows.template[i])
+    if 0 <= template < len(template_names):
+        return {"detected": float(rows.hi[i]), "template": template_names[template]}
+    probs = rows.block.probs[:, i]
+    used = int(np.flatnonzero(probs > 0)[-1]) + 1 if np.any(probs > 0) else 1
+    if used == 1:
+        return {"lo": float(rows.lo[i]), "hi": float(rows.hi[i])}
+    return {"edges": rows.block.edges[:used + 1, i].tolist(), "probs": probs[:used].tolist()}
+
+
+def row_event(rows: Rows, i: int, stream: str, template_names: Sequence[str]) -> dict[str, Any]:
+    """Row ``i`` as an event in the input's shape, with its attributes."""
+    return {"stream": stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, template_names),
+            "attrs": dict(rows.attrs[i])}
 
 
 class Inspection:
@@ -95,23 +115,10 @@ class Inspection:
 
     def _as_events(self, k: int, rows: Rows, count: int) -> list[dict]:
         """The first ``count`` of ``rows`` (side ``k``) as events in the input's shape, with
-        their timestamps as admitted: a template name and detection time, an interval, or
-        a histogram."""
+        their timestamps as admitted (:func:`row_timestamp`)."""
         side = self.sides[k]
-        out = []
-        for i in range(min(count, len(rows))):
-            template = int(rows.template[i])
-            if 0 <= template < len(side.template_names):
-                ts: dict[str, Any] = {"detected": float(rows.hi[i]), "template": side.template_names[template]}
-            else:
-                probs = rows.block.probs[:, i]
-                used = int(np.flatnonzero(probs > 0)[-1]) + 1 if np.any(probs > 0) else 1
-                if used == 1:
-                    ts = {"lo": float(rows.lo[i]), "hi": float(rows.hi[i])}
-                else:
-                    ts = {"edges": rows.block.edges[:used + 1, i].tolist(), "probs": probs[:used].tolist()}
-            out.append({"stream": side.stream, "id": rows.ids[i], "ts": ts})
-        return out
+        return [{"stream": side.stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, side.template_names)}
+                for i in range(min(count, len(rows)))]
 
     def _ranges(self, k: int, lo: float, hi: float, template: int, partner: _Side) -> dict:
         """LPR / SR / RPR: Theorem 3 for a template event; otherwise Eqs. 4-6, with the

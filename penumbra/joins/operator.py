@@ -29,7 +29,9 @@ from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..query import JoinQuery
 from ..query.ast import evaluate
 from ..timestamps import Histogram
-from .inspection import BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection
+from .inspection import (
+    BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection, row_event,
+)
 from .lookup import LookupTable
 from .partitions import TemplateTables
 from .rows import Rows
@@ -55,8 +57,9 @@ class JoinMatches(Sequence[Match]):
 
     def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
                  key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None,
-                 partition_of=None):
+                 partition_of=None, sources: tuple[tuple[str, list[str]], ...] = ()):
         self.names = names
+        self._sources = sources      # per side: its stream and template names (for the records)
         self._partition_of = partition_of   # (A lo, A hi, A template, B hi) -> each pair's probing range
         self._parts = parts          # (A's rows, A's indices, B's rows, B's indices, probabilities)
         self._length = sum(len(part[4]) for part in parts)
@@ -114,6 +117,15 @@ class JoinMatches(Sequence[Match]):
         return self._partition_of(self._gather(0, "lo"), self._gather(0, "hi"), self._gather(0, "template"),
                                   self._gather(2, "hi"))
 
+    @cached_property
+    def records(self) -> list[dict[str, dict] | None]:
+        """Each match's :attr:`Match.records`: both events in the input's shape."""
+        if not self._sources:
+            return [None] * len(self)
+        (a, b), ((a_stream, a_names), (b_stream, b_names)) = self.names, self._sources
+        return [{a: row_event(rows_a, i, a_stream, a_names), b: row_event(rows_b, j, b_stream, b_names)}
+                for rows_a, ia, rows_b, ib, _ in self._parts for i, j in zip(ia.tolist(), ib.tolist())]
+
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
             return np.empty(0, dtype=object if column == "ids" else float)
@@ -123,13 +135,14 @@ class JoinMatches(Sequence[Match]):
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
         return Match({self.names[0]: self.a_ids[k], self.names[1]: self.b_ids[k]}, float(self.probs[k]),
-                     key=self.keys[k], times=self.times[k], partition=self.partitions[k])
+                     key=self.keys[k], times=self.times[k], partition=self.partitions[k], records=self.records[k])
 
     def __iter__(self) -> Iterator[Match]:
         a, b = self.names
-        for a_id, b_id, prob, key, times, partition in zip(self.a_ids.tolist(), self.b_ids.tolist(),
-                                                           self.probs.tolist(), self.keys, self.times, self.partitions):
-            yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition)
+        for a_id, b_id, prob, key, times, partition, records in zip(
+                self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(), self.keys, self.times, self.partitions,
+                self.records):
+            yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition, records=records)
 
 
 @dataclass
@@ -312,7 +325,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 new_a, new_b, sequence = arrived
                 mine = new_a if k == 0 else new_b
                 sequence.append((k, len(mine)))
-                mine.append((histogram, template, event.id))
+                mine.append((histogram, template, event.id, dict(event.attrs)))
 
         matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         near: list[dict] = []
@@ -335,7 +348,8 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
-        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals, self._pair_partitions)
+        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals, self._pair_partitions,
+                             tuple((side.stream, side.template_names) for side in self.sides))
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},
@@ -450,7 +464,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
             "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
             "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
-            "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids) for r in rows]
+            "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids, r.attrs) for r in rows]
                         for key, rows in self.buffers.items()},
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -467,7 +481,8 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         op.key_group = state["key_group"]
         op.lookup = state["lookup"]
         op.shape_ids = state["shape_ids"]
-        op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids)
-                            for hi, lo, edges, probs, template, ids in rows]
+        # (a state written before rows kept their attributes has six columns)
+        op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids, *attrs)
+                            for hi, lo, edges, probs, template, ids, *attrs in rows]
                       for key, rows in state["buffers"].items()}
         return op

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import Event
+from ..events import Event, event_to_json
 from ..operator import BlockResult, Match
 from ..query.ast import evaluate
 from .plan import ClausePlan, Literal, NegativeCheck
@@ -217,15 +217,17 @@ class MatchGeneration:
             t_first, t_last = int(paths.times[0][n]), int(paths.t_last[n])
             path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
             heapq.heappush(self.pending, (t_first + self.window, self.sequence, int(paths.key[n]), t_last,
-                                          float(paths.score[n]), path, clauses))
+                                          float(paths.score[n]), path, clauses, self._factors(path)))
 
     def _release(self, until: float, out: BlockResult) -> None:
         """Emit the waiting matches whose window ended by ``until``: no trailing negative
         in (t_last, t_first + W) under one of the clauses that accepted the path, scored
         by the trailing run."""
         while self.pending and self.pending[0][0] <= until:
-            deadline, _, key, t_last, score, path, clauses = heapq.heappop(self.pending)
-            score *= self.trailing[deadline - t_last]
+            # (a match left waiting by a state written before factors were kept has none saved)
+            deadline, _, key, t_last, score, path, clauses, *saved = heapq.heappop(self.pending)
+            trailing = float(self.trailing[deadline - t_last])
+            score *= trailing
             if score < self.threshold:
                 continue
             one = np.array([key], np.int64)
@@ -234,12 +236,39 @@ class MatchGeneration:
                 plan = self.plans[bit]
                 if not any(self._present(plan, plan.negatives[k], k, one, lo, hi, [bindings], observed)[0]
                            for k in self.trailing_negatives):
-                    self._emit_path(path, score, out)
+                    factors = (saved[0] if saved else self._factors(path)) + [self._run(
+                        self.state_vars[-1], None, range(self.positives[-1] + 1, len(self.query.components)),
+                        deadline - t_last, trailing)]
+                    self._emit_path(path, score, out, factors)
                     break
 
     def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:
-        self._emit_path({s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states},
-                        float(paths.score[n]), out)
+        path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
+        self._emit_path(path, float(paths.score[n]), out, self._factors(path))
+
+    def _factors(self, path: dict[int, tuple[int, Event]]) -> list[dict[str, Any]]:
+        """A path's score taken apart, with the scoring tables of now: the leading run
+        (components before the first positive, from t_last - W to the first arrival), then
+        the run between each two observed states (missed positives and negatives). Their
+        product is the score but for the trailing run, which :meth:`_release` adds."""
+        states = sorted(path)
+        t_first, t_last = path[states[0]][0], path[states[-1]][0]
+        lead = t_first - (t_last - self.window)
+        factors = [self._run(None, self.state_vars[states[0]], range(self.positives[0]), lead,
+                             float(self.leading[lead]))]
+        for i, j in zip(states, states[1:]):
+            gap = path[j][0] - path[i][0]
+            factors.append(self._run(self.state_vars[i], self.state_vars[j],
+                                     range(self.positives[i] + 1, self.positives[j]), gap,
+                                     float(self.score[i, j][gap])))
+        return factors
+
+    def _run(self, after: str | None, before: str | None, components: range, gap: int, score: float) -> dict:
+        """One factor of :meth:`_factors`: the run of components between ``after`` and
+        ``before`` (None: the window's start or end), ``gap`` apart, and its score."""
+        described = [{"var": c.var, "stream": c.stream, "negated": c.negated, "miss_prob": self.miss_probs[k]}
+                     for k, c in ((k, self.query.components[k]) for k in components)]
+        return {"after": after, "before": before, "components": described, "gap": gap, "score": score}
 
     def _match_key(self, path: dict[int, tuple[int, Event]]) -> dict | None:
         """:attr:`Match.key`: the hash attribute of the query's first keyed positive
@@ -252,11 +281,15 @@ class MatchGeneration:
         return {self.key_of[self.positives[keyed[0]]]:
                 path[present[0]][1].attrs.get(self.key_of[self.positives[present[0]]])}
 
-    def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult) -> None:
+    def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult,
+                   factors: list[dict[str, Any]]) -> None:
         """Report a match (its observed events, in the query's order) and learn its gaps."""
-        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in sorted(path)}, score,
+        observed = sorted(path)
+        out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in observed}, score,
                                  key=self._match_key(path),
-                                 times={self.state_vars[s]: (path[s][1].ts.lo, path[s][1].ts.hi) for s in sorted(path)}))
+                                 times={self.state_vars[s]: (path[s][1].ts.lo, path[s][1].ts.hi) for s in observed},
+                                 records={self.state_vars[s]: event_to_json(path[s][1]) for s in observed},
+                                 factors=[f for f in factors if f["components"]]))
         self.totals["matches"] += 1
         for s in range(1, len(self.positives)):
             var = self.state_vars[s]

@@ -20,7 +20,7 @@ from ..query.ast import Attr, BinOp, Bool, Compare, Const, Expr, Not, Unary, att
 from ..query.pattern import PatternQuery
 from ..timestamps import Interval
 
-__all__ = ["CompiledPattern", "Found", "GridEvent", "to_grid"]
+__all__ = ["CompiledPattern", "Found", "GridEvent", "grid_record", "to_grid"]
 
 
 class GridEvent:
@@ -84,6 +84,18 @@ def to_grid(event: Event, unit: float) -> GridEvent:
     hi = int(round(first)) + int(support[-1])
     return GridEvent(event.stream, event.id, event.attrs, lo, hi,
                      np.ascontiguousarray(probs[support[0]: support[-1] + 1]))
+
+
+def grid_record(event: GridEvent, unit: float) -> dict[str, Any]:
+    """The event in the input's shape (its support on the grid, with its pmf when not
+    uniform and the grid's step is 1), and under ``grid`` its exact reading: step, first
+    and last instant, weights (None: uniform)."""
+    ts: dict[str, Any] = {"lo": event.lo * unit, "hi": event.hi * unit}
+    probs = None if event.uniform else [float(p) for p in event.probs]
+    if probs is not None and unit == 1.0:
+        ts["pmf"] = probs
+    return {"stream": event.stream, "id": event.id, "ts": ts, "attrs": dict(event.attrs),
+            "grid": {"unit": unit, "lo": event.lo, "hi": event.hi, "probs": probs}}
 
 
 @dataclass

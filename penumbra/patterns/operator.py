@@ -33,7 +33,7 @@ from ..query.pattern import PatternQuery
 from .any_state import AnyStateEngine, SelectivityEngine
 from .confidence import chain_confidence, point_confidence
 from .engine import Engine
-from .model import CompiledPattern, Found, GridEvent, to_grid
+from .model import CompiledPattern, Found, GridEvent, grid_record, to_grid
 from .point import PointEngine
 from .query_order import SortedEngine
 
@@ -284,7 +284,8 @@ class PatternOperator(Operator):
             emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
                             (first * unit, last * unit),
                             key={partition[0]: events[0].attrs.get(partition[0])} if partition else None,
-                            times={v: (events[j].lo * unit, events[j].hi * unit) for v, j in zip(names, returned)})
+                            times={v: (events[j].lo * unit, events[j].hi * unit) for v, j in zip(names, returned)},
+                            records={v: grid_record(events[j], unit) for v, j in zip(names, returned)})
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))
