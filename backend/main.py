@@ -27,7 +27,7 @@ from .models import EventIn
 from .notify import Notifier
 from .operations import Operations, reject_unknown_query
 from .protocol import with_header_timeout
-from .routes import (alarms, audit, events, health, history, live, notifications, queries, results, silences,
+from .routes import (alarms, audit, events, explain, health, history, live, notifications, queries, results, silences,
                      streams, tokens, validate, verdicts)
 from .web import HtmlPolicy, mount_frontend
 
@@ -36,7 +36,8 @@ __all__ = ["ROUTERS", "create_app", "server_options"]
 log = logging.getLogger("penumbra.api")
 
 ROUTERS = (health.router, queries.router, validate.router, events.router, streams.router, results.router,
-           history.router, alarms.router, silences.router, notifications.router, verdicts.router, audit.router, tokens.router)
+           history.router, explain.router, alarms.router, silences.router, notifications.router, verdicts.router,
+           audit.router, tokens.router)
 
 DESCRIPTION = """Live monitoring of events with uncertain timestamps.
 

@@ -176,6 +176,8 @@ class StreamIn(Body):
 class StreamOut(BaseModel):
     name: str
     params: dict[str, Any] = Field(description="the stored parameters")
+    attrs: list[str] = Field([], description="attribute names its events carried (as far as the service noted them)")
+    seen: float | None = Field(None, description="when its last event came, seconds since the epoch (null: not noted)")
 
 
 class StreamList(BaseModel):
@@ -197,6 +199,54 @@ class MatchOut(BaseModel):
         "each matched event's time support by variable, [earliest, latest], in the events' own unit"))
     partition: Literal["lpr", "sr", "rpr"] | None = Field(None, description=(
         "a join match's probing range: the one of its first event's ranges that holds its second event's max time"))
+    records: dict[str, dict[str, Any]] | None = Field(None, description=(
+        "the matched events by variable, as read: stream, id, ts, attrs (null: written before matches kept them)"))
+
+
+class ExplainedEvent(BaseModel):
+    var: str
+    stream: str
+    id: str
+    attrs: dict[str, Any]
+    ts: dict[str, Any] | None = Field(description="the timestamp as the event gave it (a template: its name and detection time)")
+    support: list[float] = Field(description="[earliest, latest] time, in the events' own unit")
+    density: dict[str, list[float]] | None = Field(None, description=(
+        "a join's histogram {edges, probs}; a pattern's reading on its grid {times, probs}"))
+
+
+class ExplanationOut(BaseModel):
+    """How a match's probability came about (docs/service.md, "Explaining a match"); the
+    sections present depend on the query's kind."""
+
+    query: str
+    match: MatchOut
+    kind: Literal["join", "pattern", "sequence"]
+    prob: float = Field(description="the probability the job gave the match")
+    threshold: float | None = Field(description="the query's threshold now")
+    window: float = Field(description="d of a join, W of a pattern or a sequence, in the events' unit")
+    events: list[ExplainedEvent]
+    probability: dict[str, Any] | None = Field(None, description=(
+        "join: within = P(|X_A - X_B| <= d) = no_later - too_early, recomputed from the events"))
+    satisfaction: dict[str, Any] | None = Field(None, description=(
+        "join: the later event against the satisfaction time stime (Definition 8); latest_max_time = stime + d"))
+    partition: dict[str, Any] | None = Field(None, description=(
+        "join: the first event's probing ranges lpr, sr, rpr on the partner's max time, and the one it falls in"))
+    curve: dict[str, Any] | None = Field(None, description="join: the probability against the partner's max time")
+    unit: float | None = Field(None, description="pattern: the grid's step")
+    strategy: str | None = None
+    orderings: list[dict[str, Any]] | None = Field(None, description=(
+        "pattern: each strict ordering of the events with its probability; pattern marks the query's own"))
+    ties: float | None = Field(None, description="pattern: the probability that two events share an instant")
+    in_order: float | None = None
+    in_window: float | None = Field(None, description="pattern: in the pattern's order and within the window")
+    next_match: bool | None = None
+    no_other_between: float | None = Field(None, description=(
+        "pattern, skip till next match: the factor that no other qualifying event fell in between"))
+    note: str | None = None
+    factors: list[dict[str, Any]] | None = Field(None, description=(
+        "sequence: one factor per run of unobserved components: after, before, components, gap, score"))
+    missed: list[dict[str, Any]] | None = Field(None, description="sequence: positive components not observed")
+    product: float | None = Field(None, description="sequence: the factors' product (the probability)")
 
 
 class AuditOut(BaseModel):

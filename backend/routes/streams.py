@@ -1,4 +1,6 @@
-"""Stream parameters (templates, max_delay, pi, rho, miss_prob, gap): admins only.
+"""Stream parameters (templates, max_delay, pi, rho, miss_prob, gap): set by admins, read
+by analysts (who write queries over them) with the attributes the streams' events carried
+and when each was last heard from.
 
 Validated by the core (``parse_streams``), which names the offending field; stored
 through the versioned registry and audited. A stream's ``max_delay`` may not outlast the
@@ -13,10 +15,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from contract.ingest import seen_sources
 from contract.registry import RegistryFull
 from penumbra.errors import ValidationError
 
-from ..deps import AdminDep, ServiceDep
+from ..deps import AdminDep, AnalystDep, ServiceDep
 from ..errors import ApiError
 from ..models import StreamIn, StreamList, StreamOut
 from . import errors
@@ -49,15 +52,16 @@ def put_stream(who: AdminDep, name: StreamName, body: StreamIn, service: Service
 
 
 @router.get("", response_model=StreamList, responses=errors(401, 403), summary="List stream parameters")
-def list_streams(who: AdminDep, service: ServiceDep) -> dict:
+def list_streams(who: AnalystDep, service: ServiceDep) -> dict:
     _, _, streams = service.snapshot()
-    return {"items": [{"name": n, "params": p} for n, p in sorted(streams.items())]}
+    seen = seen_sources(service.redis, service.keys, streams)
+    return {"items": [{"name": n, "params": p, **seen.get(n.casefold(), {})} for n, p in sorted(streams.items())]}
 
 
 @router.get("/{name}", response_model=StreamOut, responses=errors(401, 403, 404),
             summary="Read a stream's parameters")
-def get_stream(who: AdminDep, name: StreamName, service: ServiceDep) -> dict:
+def get_stream(who: AnalystDep, name: StreamName, service: ServiceDep) -> dict:
     params = service.snapshot()[2].get(name)
     if params is None:
         raise ApiError(404, f"no parameters registered for stream {name!r}", field="name")
-    return {"name": name, "params": params}
+    return {"name": name, "params": params, **seen_sources(service.redis, service.keys, [name]).get(name.casefold(), {})}

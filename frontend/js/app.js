@@ -6,13 +6,14 @@ import { esc } from "./format.js";
 import { applyRole, notify } from "./ui.js";
 import { bus, resetStore, startHealth, startLive, stopHealth, stopLive, store } from "./store.js";
 import alarms from "./views/alarms.js";
+import explain from "./views/explain.js";
 import health from "./views/health.js";
 import historyView from "./views/history.js";
 import inspector from "./views/inspector.js";
 import queries from "./views/queries.js";
 import tuner from "./views/tuner.js";
 
-const VIEWS = { alarms, queries, tuner, history: historyView, inspector, health };
+const VIEWS = { alarms, queries, tuner, history: historyView, inspector, health, explain };
 const $ = (selector) => document.querySelector(selector);
 
 let unmount = null;

@@ -9,6 +9,20 @@ const DATED = new Intl.DateTimeFormat(undefined, {
   month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
 });
 
+const PRECISE = new Intl.DateTimeFormat(undefined, {
+  hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3, hourCycle: "h23",
+});
+
+/** Milliseconds since the epoch as a clock time to the millisecond (an event's time):
+ *  "21:00:15.600", with the date when it is not today. */
+export function preciseTime(ms) {
+  if (ms === null || ms === undefined) return "—";
+  const date = new Date(ms);
+  const text = PRECISE.format(date);
+  return date.toDateString() === new Date().toDateString() ? text
+    : `${date.toLocaleDateString(undefined, { month: "short", day: "numeric" })}, ${text}`;
+}
+
 /** A count with its thousands grouped: 12 345. */
 export function count(n) {
   return n === null || n === undefined || Number.isNaN(n) ? "—" : COUNT.format(n);

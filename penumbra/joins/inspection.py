@@ -52,9 +52,9 @@ def row_timestamp(rows: Rows, i: int, template_names: Sequence[str]) -> dict[str
 
 
 def row_event(rows: Rows, i: int, stream: str, template_names: Sequence[str]) -> dict[str, Any]:
-    """Row ``i`` as an event in the input's shape, with its attributes."""
-    return {"stream": stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, template_names),
-            "attrs": dict(rows.attrs[i])}
+    """Row ``i`` as an event in the input's shape, with its attributes (the row's own
+    mapping, not a copy)."""
+    return {"stream": stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, template_names), "attrs": rows.attrs[i]}
 
 
 class Inspection:

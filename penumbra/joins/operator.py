@@ -123,8 +123,12 @@ class JoinMatches(Sequence[Match]):
         if not self._sources:
             return [None] * len(self)
         (a, b), ((a_stream, a_names), (b_stream, b_names)) = self.names, self._sources
-        return [{a: row_event(rows_a, i, a_stream, a_names), b: row_event(rows_b, j, b_stream, b_names)}
-                for rows_a, ia, rows_b, ib, _ in self._parts for i, j in zip(ia.tolist(), ib.tolist())]
+        out: list[dict[str, dict] | None] = []
+        for rows_a, ia, rows_b, ib, _ in self._parts:
+            # an event is in many matches: each made once (the records are shared, never changed)
+            out += [{a: x, b: y} for x, y in zip(_events_of(rows_a, ia, a_stream, a_names),
+                                                 _events_of(rows_b, ib, b_stream, b_names))]
+        return out
 
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
@@ -143,6 +147,13 @@ class JoinMatches(Sequence[Match]):
                 self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(), self.keys, self.times, self.partitions,
                 self.records):
             yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition, records=records)
+
+
+def _events_of(rows: Rows, index: np.ndarray, stream: str, template_names: list[str]) -> list[dict]:
+    """``row_event`` of each row of ``index``, made once per distinct row."""
+    distinct, back = np.unique(index, return_inverse=True)
+    made = [row_event(rows, i, stream, template_names) for i in distinct.tolist()]
+    return [made[k] for k in back.tolist()]
 
 
 @dataclass

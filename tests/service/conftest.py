@@ -149,7 +149,8 @@ def join_query(client, as_role):
 
 def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, observations: dict[str, dict] = {}):
     """A micro-batch as the sink writes it (the matches with their alarm instances by the
-    sink's own script, a match's optional ``key`` taken out of it as its key; the
+    sink's own script, a match's optional ``key``, ``times``, ``partition``, ``records`` and
+    ``factors`` taken out of it as the sink's rows carry them; the
     observations; the pn:live PUBLISH; in one MULTI/EXEC); returns the match ids per query."""
     pipe = store.pipeline(transaction=True)
     for query, found in matches.items():
@@ -157,7 +158,8 @@ def write_batch(store, keys, batch: int, matches: dict[str, list[dict]] = {}, ob
         for match in found:
             match = dict(match)
             key = match.pop("key", None)
-            rows.append((json.dumps(match).encode(), 0, key, match["prob"]))
+            known = [match.pop(name, None) for name in ("times", "partition", "records", "factors")]
+            rows.append((json.dumps(match).encode(), 0, key, match["prob"], *known))
         queue_matches(pipe, keys, query, batch, rows, maxlen=100_000, at=round(time.time() * 1000))
     for query, record in observations.items():
         pipe.xadd(keys.observations(query), {"o": json.dumps(record), "b": batch})

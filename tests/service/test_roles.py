@@ -20,8 +20,8 @@ ROUTES = {
     ("PATCH", "/api/queries/{query_id}"): "analyst",
     ("DELETE", "/api/queries/{query_id}"): "analyst",
     ("POST", "/api/events"): "analyst",
-    ("GET", "/api/streams"): "admin",
-    ("GET", "/api/streams/{name}"): "admin",
+    ("GET", "/api/streams"): "analyst",
+    ("GET", "/api/streams/{name}"): "analyst",
     ("PUT", "/api/streams/{name}"): "admin",
     ("GET", "/api/queries/{query_id}/matches"): "viewer",
     ("GET", "/api/queries/{query_id}/observations"): "viewer",
@@ -29,6 +29,7 @@ ROUTES = {
     ("GET", "/api/queries/{query_id}/buffers"): "viewer",
     ("GET", "/api/queries/{query_id}/near-misses"): "viewer",
     ("POST", "/api/queries/{query_id}/curve"): "viewer",
+    ("GET", "/api/queries/{query_id}/matches/{match_id}/explanation"): "viewer",
     ("GET", "/api/queries/{query_id}/what-if"): "viewer",
     ("GET", "/api/queries/{query_id}/history"): "viewer",
     ("GET", "/api/queries/{query_id}/history/summary"): "viewer",
@@ -106,12 +107,15 @@ def test_the_table_names_every_route(app):
 def test_route_for_caller(client, tokens, store, keys, method, path, caller):
     needed = ROUTES[(method, path)]
     # fresh resources per call, so what one call changes does not decide another's answer
-    stream, partner, query, token, silence = unique("R"), unique("R"), None, None, None
+    stream, partner, query, token, silence, match = unique("R"), unique("R"), None, None, None, None
     register_streams(client, stream, partner, pi=JOIN_PI)
     if "{query_id}" in path or "{alarm_id}" in path or "silences" in path or "routing-rules" in path:
         query = client.post("/api/queries", json={"text": JOIN.format(a=stream, b=partner)},
                             headers=bearer(tokens["analyst"])).json()["id"]
-        write_batch(store, keys, 0, {query: [{"events": {"A": "a", "B": "b"}, "prob": 0.9}]})
+        records = {"A": {"stream": stream, "id": "a", "ts": {"lo": 0, "hi": 1}, "attrs": {}},
+                   "B": {"stream": partner, "id": "b", "ts": {"lo": 0, "hi": 1}, "attrs": {}}}
+        (match,) = write_batch(store, keys, 0, {query: [{"events": {"A": "a", "B": "b"}, "prob": 0.9,
+                                                         "records": records}]})[query]
     contact = rule = None
     if "contact" in path or "routing-rules" in path:
         contact = client.post("/api/contact-points", json={"name": "victim", "url": "http://127.0.0.1:9/hook"},
@@ -128,7 +132,7 @@ def test_route_for_caller(client, tokens, store, keys, method, path, caller):
         token = client.post("/api/tokens", json={"role": "viewer", "label": "victim"},
                             headers=bearer(tokens["admin"])).json()["id"]
     url = path.format(query_id=query, alarm_id=query, name=stream, token_id=token, silence_id=silence,
-                      contact_id=contact, rule_id=rule)
+                      contact_id=contact, rule_id=rule, match_id=match)
     headers = {"nobody": {}, "bad token": bearer("pn_not-a-token")}[caller] if caller not in tokens \
         else bearer(tokens[caller])
     answer = client.request(method, url, json=body_for(method, path, stream, partner, query, contact),

@@ -21,9 +21,16 @@ def test_put_get_list(client, as_role, store, keys):
     stored = json.loads(store.hget(keys.streams, name))
     # the stored parameters decode, through the core, to what was sent
     assert parse_streams({name: stored}).to_json() == parse_streams({name: GOOD}).to_json()
-    assert client.get(f"/api/streams/{name}", headers=as_role("admin")).json() == {"name": name, "params": stored}
-    listed = client.get("/api/streams", headers=as_role("admin")).json()["items"]
-    assert {"name": name, "params": stored} in listed
+    fresh = {"name": name, "params": stored, "attrs": [], "seen": None}
+    assert client.get(f"/api/streams/{name}", headers=as_role("analyst")).json() == fresh
+    listed = client.get("/api/streams", headers=as_role("analyst")).json()["items"]
+    assert fresh in listed
+    # once its events came, the stream says which attributes they carried, and when
+    event = {"stream": name, "id": "e1", "ts": {"detected": 1000, "template": list(GOOD["templates"])[0]},
+             "attrs": {"sector": 3, "gain": 1.5}}
+    assert client.post("/api/events", json=[event], headers=as_role("analyst")).status_code in (200, 202)
+    seen = client.get(f"/api/streams/{name}", headers=as_role("analyst")).json()
+    assert seen["attrs"] == ["gain", "sector"] and seen["seen"] is not None
     audit = store.xrevrange(keys.audit, count=1)[0][1]
     assert (audit[b"action"], audit[b"who"], audit[b"subject"]) == (b"streams", b"admin", name.encode())
 

@@ -501,6 +501,12 @@ def test_health_shows_each_restart_with_its_cause(tab, api, store, keys):
 
 
 def test_templates_of_the_three_forms_validate(tab, api):
+    """Built from the registered streams, each form validates (streams of its own here, so
+    the test does not depend on what others registered)."""
+    for name, params in ((unique("Tf"), {"templates": {"t1": {"edges": [0, 100], "probs": [1.0]}}}),
+                         (unique("Tf"), {"templates": {"t1": {"edges": [0, 100], "probs": [1.0]}}}),
+                         (unique("Tf"), {"miss_prob": 0.1})):
+        assert api.put(f"/streams/{name}", json={**params, "max_delay": 1000}, headers=api.as_("admin")).status_code == 200
     page = tab.page
     tab.sign_in(api.tokens["analyst"], "queries")
     for form, kind in (("join", "join"), ("pattern", "pattern"), ("sequence", "sequence")):
@@ -714,3 +720,73 @@ def test_the_editor_warns_of_an_attribute_never_seen_and_the_list_flags_silent_s
     assert "none yet" in silent.inner_text() and "idle-row" in silent.get_attribute("class")
     heard = page.locator(f'#sources tr[data-stream="{a.casefold()}"]')
     assert "⚠" not in heard.inner_text() and (heard.get_attribute("class") or "") == ""
+
+
+def test_why_explains_a_real_match_with_its_events_and_the_cores_numbers(tab, api, store, keys, join_query):
+    """A match the core found on two events of the seismic example (epoch-millisecond
+    times), written as the sink writes it: "why?" on its feed row opens its explanation,
+    whose probability and terms equal the exact integration of tests/oracle.py; the events'
+    attributes, the probing range it fell in and both charts are shown, and no epoch number."""
+    from penumbra.engine import build_operator
+    from penumbra.events import parse_event, parse_streams
+    from penumbra.query import parse
+    from tests.oracle import p_geq_exact, p_within_exact
+
+    query_id, a, b = join_query
+    entry = api.get(f"/queries/{query_id}", headers=api.as_("viewer")).json()
+    streams = parse_streams(entry["streams"])
+    t0 = 1_795_554_015_600.0
+    events = [parse_event({"stream": a, "id": "s-17", "ts": {"detected": t0, "template": "s1"},
+                           "attrs": {"sector": 17, "depth_km": 12}}, streams),
+              parse_event({"stream": b, "id": "a-17", "ts": {"detected": t0 + 1850, "template": "m1"},
+                           "attrs": {"sector": 17}}, streams)]
+    operator = build_operator(parse(entry["text"]), streams)
+    (match,) = list(operator.feed(events).matches) + list(operator.flush().matches)
+    (cursor,) = write_batch(store, keys, 1, {query_id: [{
+        "events": match.events, "prob": match.prob, "times": match.times, "partition": match.partition,
+        "records": match.records}]})[query_id]
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], f"alarms?query={query_id}")
+    page.locator(f'#feed li[data-id="{cursor}"] a.why').click()
+    page.wait_for_selector('[data-testid="join-formula"]')
+    h_a, h_b = (e.histogram for e in events)
+    within = float(p_within_exact(h_a.edges, h_a.probs, h_b.edges, h_b.probs, 2000))
+    no_later = float(p_geq_exact(h_a.edges, h_a.probs, h_b.edges, h_b.probs, 2000))
+    pct = lambda p: f"{p * 100:.2f}\u00a0%" if p < 1 else "100\u00a0%"  # noqa: E731 (format.js's percent)
+    assert page.inner_text('[data-testid="explained-prob"]') == pct(within)
+    formula = page.inner_text('[data-testid="join-formula"]')
+    assert f"= {pct(within)}" in formula and pct(no_later) in formula, formula
+    table = page.inner_text('[data-testid="explained-events"]')
+    assert "sector 17" in table and "depth_km 12" in table and "s-17" in table and "template s1" in table
+    chosen = page.inner_text('[data-testid="ranges"] tr.chosen')
+    assert "is here" in chosen and {"lpr": "LPR", "sr": "SR", "rpr": "RPR"}[match.partition] in chosen
+    assert page.get_attribute(f'abbr.term[title*="{ {"lpr": "left", "sr": "safe", "rpr": "right"}[match.partition] }"]',
+                              "title")
+    page.wait_for_selector("#ex-chart .main-svg")
+    page.wait_for_selector("#ex-curve .main-svg")
+    text = page.inner_text("#main")
+    assert not re.search(r"\d[\d,.\u202f]{9,}", text), text           # no epoch-like number
+    ticks = page.eval_on_selector_all("#ex-chart .xtick text, #ex-curve .xtick text", "els => els.map(e => e.textContent)")
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", t) for t in ticks), ticks
+    tab.assert_clean()
+
+
+def test_templates_are_built_from_the_live_streams_and_join_on_their_key(tab, api):
+    """Two fresh streams with templates, their events carrying a sector: the Join template
+    reads them (the most recently heard from) and joins them on sector, and validates."""
+    a, b = unique("Tpa"), unique("Tpb")
+    template = {"templates": {"t1": {"edges": [0, 200, 400], "probs": [0.5, 0.5]}}, "max_delay": 1000}
+    for name in (a, b):
+        assert api.put(f"/streams/{name}", json=template, headers=api.as_("admin")).status_code == 200
+    now = time.time() * 1000
+    events = [{"stream": name, "id": f"{name}-1", "ts": {"detected": now, "template": "t1"},
+               "attrs": {"sector": 4, "gain": 1.5}} for name in (a, b)]
+    assert api.post("/events", json=events, headers=api.as_("analyst")).status_code in (200, 202)
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "queries")
+    page.locator(f'#streams button[data-stream="{a}"]').wait_for()
+    page.click('button[data-template="join"]')
+    text = page.input_value("#query-text")
+    assert f"FROM {b} A, {a} B" in text or f"FROM {a} A, {b} B" in text, text
+    assert "A.sector = B.sector" in text and "WINDOW(A, B) = 2000" in text, text
+    page.locator("#validation", has_text="✓ Valid join query").wait_for()

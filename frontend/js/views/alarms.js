@@ -37,6 +37,11 @@ function eventsText(match) {
   return parts.join(" · ");
 }
 
+/** The explanation view of one match. */
+export function explainLink(query, match) {
+  return `#/explain?query=${encodeURIComponent(query)}&match=${encodeURIComponent(match)}`;
+}
+
 export function priorityBadge(priority) {
   return `<span class="priority priority-${esc(priority)}" data-testid="priority">${PRIORITY_TEXT[priority] ?? esc(priority)}</span>`;
 }
@@ -92,7 +97,8 @@ function matchRow(match, fresh) {
   const about = keyText(match.key ?? store.alarms.get(match.alarm)?.key);
   li.innerHTML = `<span class="time" title="${esc(fullTime(match.at))}">${clock(match.at)}</span>
     <span class="query"><strong>${esc(entry?.name ?? match.query)}</strong>${about ? ` <span class="key">${esc(about)}</span>` : ""}</span>
-    <span class="events">${eventsText(match)}</span>${probCell(match.prob)}${judgeCell(match)}`;
+    <span class="events">${eventsText(match)}</span>${probCell(match.prob)}${judgeCell(match)}
+    <a class="small why" href="${explainLink(match.query, match.id)}" title="how this match's probability came about">why?</a>`;
   return li;
 }
 
@@ -320,7 +326,8 @@ export default {
         <p>${a.state === "resolved"
           ? (a.matches ? `Its last episode had ${counted}${probs ? `: ${probs}` : ""}.` : `No match in this episode${probs ? ` (earlier: ${probs})` : ""}.`)
           : `${counted} since it opened${probs ? `; ${probs}` : ""}.`}
-          <a href="${history}" class="small">all its matches</a></p>
+          <a href="${history}" class="small">all its matches</a>${a.last ? ` · <a href="${explainLink(a.query, a.last)}"
+            class="small" data-testid="why">why it fired</a>` : ""}</p>
         ${a.silence ? `<p class="muted small">covered by a silence until ${clock(a.silenced_until)}</p>` : ""}
         ${a.updated_by ? `<p class="muted small">${esc(a.state)} by ${esc(a.updated_by)} at ${clock(a.updated_at)}${a.verdict ? ` (${a.verdict === "false" ? "false alarm" : esc(a.verdict)})` : ""}${a.comment ? `: ${esc(a.comment)}` : ""}</p>`
           : a.episode > 1 && a.state === "new" ? `<p class="muted small">reopened by the job at ${clock(a.opened_at)}</p>` : ""}`;

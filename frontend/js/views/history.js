@@ -8,6 +8,7 @@ import { ApiError, get, q, session } from "../api.js";
 import { clock, count, esc, fullTime, likelihood, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, fillQuerySelect, keyText, store } from "../store.js";
+import { explainLink } from "./alarms.js";
 
 const PRESETS = { "1h": 3_600_000, "24h": 86_400_000, "7d": 7 * 86_400_000 };
 const PAGE = 100;
@@ -49,7 +50,7 @@ export default {
           <button type="button" id="hist-csv">Download CSV</button>
           <button type="button" id="hist-parquet">Download Parquet</button></div>
         <table class="responsive" id="hist-table"><thead><tr><th scope="col">When</th><th scope="col">About</th>
-          <th scope="col">Events</th><th scope="col">Probability</th></tr></thead><tbody></tbody></table>
+          <th scope="col">Events</th><th scope="col">Probability</th><th scope="col"><span class="sr-only">Explanation</span></th></tr></thead><tbody></tbody></table>
         <p class="muted small" id="hist-status" role="status"></p>
         <button type="button" id="hist-more" hidden>Show more</button>
       </section>`;
@@ -111,6 +112,7 @@ export default {
         <td data-label="About">${about ? esc(about) : '<span class="muted">—</span>'}</td>
         <td data-label="Events">${events}</td>
         <td data-label="Probability"><span class="prob ${cls}">${percent(m.prob)}</span> <span class="muted small">${word}</span></td>
+        <td data-label="Why"><a class="small" href="${explainLink($("#hist-query").value, m.id)}">why?</a></td>
       </tr>`;
     }
 

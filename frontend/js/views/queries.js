@@ -9,25 +9,68 @@ import { applyRole, confirmAction, notify } from "../ui.js";
 
 const DEBOUNCE_MS = 300;
 
+/** The key a template joins its streams on: an attribute every one of them carried,
+ *  preferring the names such keys usually have. */
+const KEY_NAMES = ["region", "sector", "zone", "site", "node", "host", "key", "tag", "id"];
+function sharedKey(chosen) {
+  const sets = chosen.map((s) => new Set(s.attrs ?? []));
+  if (!sets.length || sets.some((set) => !set.size)) return null;
+  const common = [...sets[0]].filter((name) => sets.every((set) => set.has(name)));
+  return KEY_NAMES.find((name) => common.includes(name)) ?? common.sort()[0] ?? null;
+}
+
+/** Streams for a template: those fitting ``fits`` first, the most recently heard from
+ *  first among them, then the rest, then placeholders. */
+function pick(streams, count, fits, placeholders) {
+  const recent = (x, y) => (y.seen ?? -1) - (x.seen ?? -1) || x.name.localeCompare(y.name);
+  const ordered = [...streams.filter(fits).sort(recent), ...streams.filter((s) => !fits(s)).sort(recent)];
+  return placeholders.map((name, k) => ordered[k] ?? { name, attrs: [] }).slice(0, count);
+}
+
+/** A join needs timestamps it can bound: templates or a declared pi. */
+const joinable = (s) => !!(s.params && (Object.keys(s.params.templates ?? {}).length || s.params.pi));
+const intervals = (s) => !!(s.params && !Object.keys(s.params.templates ?? {}).length);
+const lossy = (s) => !!(s.params && s.params.miss_prob);
+
+/** Starter queries built from the registered streams (``streams``: {name, params, attrs}),
+ *  joined on an attribute they all carry; the demo's names when none is registered. */
 export const TEMPLATES = {
-  join: ([a = "SEISMIC", b = "ACOUSTIC"]) =>
-    `SELECT * FROM ${a} A, ${b} B\nWHERE WINDOW(A, B) = 2000\nWITH THRESHOLD 0.6`,
-  pattern: ([a = "TaskStart", b = "CPU", c = "TaskFinish"]) =>
-    `PATTERN SEQ(${a} a, ${b} b, ${c} c)\nWHERE a.key = b.key AND b.key = c.key\nWITHIN 150 RETURN a, b, c WITH CONFIDENCE 0.5`,
-  sequence: ([a = "Shelf", b = "Counter", c = "Exit"]) =>
-    `SEQUENCE(${a} x, !${b} y, ${c} z)\nWHERE x.tag = z.tag AND y.tag = x.tag\nWITHIN 600 THRESHOLD 0.5`,
+  join(streams) {
+    const [a, b] = pick(streams, 2, joinable, ["SEISMIC", "ACOUSTIC"]);
+    const key = sharedKey([a, b]);
+    const longest = Math.max(0, ...[a, b].map((s) => Math.max(0, s.params?.pi ?? 0,
+      ...Object.values(s.params?.templates ?? {}).map((t) => t.edges[t.edges.length - 1] - t.edges[0]))));
+    const window = longest ? Math.max(1, Math.round(longest * 5)) : 2000;
+    return `SELECT * FROM ${a.name} A, ${b.name} B\nWHERE WINDOW(A, B) = ${window}${key ? ` AND A.${key} = B.${key}` : ""}`
+      + "\nWITH THRESHOLD 0.6";
+  },
+  pattern(streams) {
+    const [a, b, c] = pick(streams, 3, intervals, ["TaskStart", "CPU", "TaskFinish"]);
+    const key = sharedKey([a, b, c]) ?? (streams.length ? null : "key");
+    return `PATTERN SEQ(${a.name} a, ${b.name} b, ${c.name} c)\n`
+      + `${key ? `WHERE a.${key} = b.${key} AND b.${key} = c.${key}\n` : ""}WITHIN 150 RETURN a, b, c WITH CONFIDENCE 0.5`;
+  },
+  sequence(streams) {
+    const [x, y, z] = pick(streams, 3, lossy, ["Shelf", "Counter", "Exit"]);
+    const key = sharedKey([x, y, z]) ?? (streams.length ? null : "tag");
+    return `SEQUENCE(${x.name} x, !${y.name} y, ${z.name} z)\n`
+      + `${key ? `WHERE x.${key} = z.${key} AND y.${key} = x.${key}\n` : ""}WITHIN 600 THRESHOLD 0.5`;
+  },
 };
 
-/** The streams the system knows: those the registered queries read, and (admins) the registered ones. */
+/** The streams the system knows: the registered ones with the attributes their events
+ *  carried (analysts may read them), else those the registered queries read. */
 async function knownStreams() {
-  const names = new Set();
-  for (const entry of store.queries.values()) Object.keys(entry.streams ?? {}).forEach((s) => names.add(s));
-  if (session.can("admin")) {
+  const found = new Map();
+  for (const entry of store.queries.values()) {
+    Object.entries(entry.streams ?? {}).forEach(([name, params]) => found.set(name, { name, params, attrs: [] }));
+  }
+  if (session.can("analyst")) {
     try {
-      (await get("/streams")).items.forEach((s) => names.add(s.name));
+      (await get("/streams")).items.forEach((s) => found.set(s.name, s));
     } catch { /* listed from the queries only */ }
   }
-  return [...names].sort((x, y) => x.localeCompare(y));
+  return [...found.values()].sort((x, y) => x.name.localeCompare(y.name));
 }
 
 /** The character offset of a 1-based line and column in ``text``. */
@@ -218,7 +261,8 @@ export default {
     async function fillStreams() {
       streams = await knownStreams();
       const box = main.querySelector("#streams");
-      box.innerHTML = streams.length ? streams.map((s) => `<button type="button" data-stream="${esc(s)}">${esc(s)}</button>`).join("")
+      box.innerHTML = streams.length ? streams.map((s) => `<button type="button" data-stream="${esc(s.name)}"
+        title="${esc(s.attrs?.length ? `attributes seen: ${s.attrs.join(", ")}` : "no attribute seen yet")}">${esc(s.name)}</button>`).join("")
         : `<span class="muted small">none yet (an admin sets stream parameters with PUT /api/streams/&lt;name&gt;)</span>`;
       box.querySelectorAll("[data-stream]").forEach((button) => button.addEventListener("click", () => {
         const start = text.selectionStart ?? text.value.length;
