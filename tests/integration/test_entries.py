@@ -68,15 +68,19 @@ def test_dead_letters_keep_their_fields_and_cut_what_came_to_8_kib(client, keys)
 def test_matches_written_by_script_read_back_with_batch_group_instance_and_time(client, keys):
     matches = [(entries.encode({"events": {"A": f"a{n}", "B": "b"}, "prob": n / 10, "range": [n, n + 1]}), n % 3,
                 {"k": n % 2} if n else None, n / 10, {"A": [n, n + 0.5], "B": [n - 1.25, n]} if n % 2 else None,
-                "sr" if n % 2 else None) for n in range(5)]
+                "sr" if n % 2 else None,
+                {"A": {"stream": "s", "id": f"a{n}", "ts": {"lo": n, "hi": n + 0.5}, "attrs": {"k": n % 2}}} if n % 2 else None,
+                [{"after": "A", "before": None, "components": [], "gap": n, "score": 1.0}] if n == 3 else None)
+               for n in range(5)]
     pipe = client.pipeline(transaction=True)
     queue_matches(pipe, keys, "q1", 42, matches, maxlen=1000, at=1_000_500)
     pipe.execute()
     found = client.xrange(keys.matches("q1"))
     assert [fields for _, fields in found] == [
         {k.encode(): v if isinstance(v, bytes) else str(v).encode()
-         for k, v in entries.match_entry(m, 42, g, instance_id("q1", key), key_json(key), times, part).items()}
-        for m, g, key, _, times, part in matches]
+         for k, v in entries.match_entry(m, 42, g, instance_id("q1", key), key_json(key), times, part, records,
+                                         factors).items()}
+        for m, g, key, _, times, part, records, factors in matches]
     # each entry's id is the batch's time and its place in the batch: the archive's id of the match
     assert [i for i, _ in found] == [f"1000500-{n}".encode() for n in range(5)]
     # a stream already past that time (written by an older version) takes Redis's own ids, in order
@@ -89,7 +93,11 @@ def test_matches_written_by_script_read_back_with_batch_group_instance_and_time(
     record = entries.read_match(first_id, first)
     assert record == {"id": first_id.decode(), "events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2],
                       "batch": 42, "at": int(first_id.split(b"-")[0]) / 1000, "alarm": instance_id("q1", {"k": 1}),
-                      "key": {"k": 1}, "times": {"A": [1, 1.5], "B": [-0.25, 1]}, "partition": "sr"}
+                      "key": {"k": 1}, "times": {"A": [1, 1.5], "B": [-0.25, 1]}, "partition": "sr",
+                      "records": {"A": {"stream": "s", "id": "a1", "ts": {"lo": 1, "hi": 1.5}, "attrs": {"k": 1}}},
+                      "factors": None}
+    assert entries.read_match(*found[3])["factors"] == [{"after": "A", "before": None, "components": [], "gap": 3,
+                                                         "score": 1.0}]
     assert entries.match_value(first) == {"events": {"A": "a1", "B": "b"}, "prob": 0.1, "range": [1, 2]}
 
 

@@ -23,10 +23,27 @@ COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
 
 
 def match_rows(query: str, count: int, salt: str) -> list[tuple]:
-    """Match rows as the processor makes them: the match, and its key, probability and times."""
+    """Match rows as the processor makes them: the match, and its key, probability, times,
+    partition, events (every other row) and factors (every fifth)."""
     return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(),
-             json.dumps([{"k": n % 3}, n / count, {"A": [n, n + 1]}, ["lpr", "sr", "rpr"][n % 3]]).encode())
+             json.dumps([{"k": n % 3}, n / count, {"A": [n, n + 1]}, ["lpr", "sr", "rpr"][n % 3],
+                         {"A": {"stream": "s", "id": f"{salt}{n}", "ts": {"lo": n, "hi": n + 1}, "attrs": {"k": n % 3}}}
+                         if n % 2 else None,
+                         [{"after": "A", "before": "B", "components": [], "gap": n, "score": 0.5}] if n % 5 == 0
+                         else None]).encode())
             for n in range(count)]
+
+
+def expected_entry(query: str, row: tuple, batch: int) -> dict:
+    key, _, times, partition, records, factors = json.loads(row[5])
+    entry = {b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
+             b"i": instance_id(query, key).encode(), b"k": key_json(key).encode(),
+             b"t": json.dumps(times, separators=(",", ":")).encode(), b"p": partition.encode()}
+    if records:
+        entry[b"r"] = json.dumps(records, separators=(",", ":")).encode()
+    if factors:
+        entry[b"f"] = json.dumps(factors, separators=(",", ":")).encode()
+    return entry
 
 
 @pytest.mark.parametrize("per_call", [1, 7, 10_000])
@@ -40,12 +57,7 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
     for query, expected in (("q1", [(row, 3) for row in first[:23]] + [(row, 4) for row in match_rows("q1", 9, "c")]),
                             ("q2", [(row, 3) for row in first[23:]])):
         entries = [fields for _, fields in client.xrange(keys.matches(query))]
-        assert entries == [{b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
-                            b"i": instance_id(query, json.loads(row[5])[0]).encode(),
-                            b"k": key_json(json.loads(row[5])[0]).encode(),
-                            b"t": json.dumps(json.loads(row[5])[2], separators=(",", ":")).encode(),
-                            b"p": json.loads(row[5])[3].encode()}
-                           for row, batch in expected]
+        assert entries == [expected_entry(query, row, batch) for row, batch in expected]
         # each key's instance counts its matches, whatever the calls
         records = {i.decode(): read_instance(r) for i, r in client.hgetall(keys.instances(query)).items()}
         assert {i: r["added"] for i, r in records.items()} == dict(Counter(

@@ -17,6 +17,7 @@ import pytest
 
 from contract import end_of_input
 from contract.alarms import instance_id, read_instance
+from contract.entries import read_match
 from contract.history import Filters, History
 from tests.integration.test_spark_equivalence import assert_equal, local
 from tests.unit.joins.test_join_operator import workload
@@ -24,15 +25,12 @@ from tests.unit.test_keyed import pattern_events
 
 pytestmark = pytest.mark.slow
 
-
 def committed(pipeline) -> int:
     marker = pipeline.client.hget(pipeline.keys.batches, _job_id(pipeline))
     return int(marker) if marker is not None else -1
 
-
 def _job_id(pipeline) -> str:
     return json.loads((pipeline.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"]
-
 
 def pages(history: History, query: str, limit: int = 500) -> list[dict]:
     items, after = [], None
@@ -41,7 +39,6 @@ def pages(history: History, query: str, limit: int = 500) -> list[dict]:
         items += page
         if after is None:
             return items
-
 
 def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
     streams, joins = workload(51, "templates", n=1500, late_share=0.0)
@@ -85,6 +82,16 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
         assert_equal(archived, expected[query], query)
         assert [m["id"] for m in archived] == [i.decode() for i, _ in pipeline.client.xrange(
             pipeline.keys.matches(query))]
+    # every live match carries its events as they came in (what its explanation reads), the
+    # join's state having been restored from checkpoints twice: ids and attributes
+    by_id = {(e.stream.casefold(), e.id): e for e in joins + patterns}
+    for query in (join_id, pattern_id):
+        for _, fields in pipeline.client.xrange(pipeline.keys.matches(query)):
+            match = read_match(b"0-0", fields)
+            assert set(match["records"]) == set(match["events"])
+            for var, record in match["records"].items():
+                given = by_id[(record["stream"].casefold(), match["events"][var])]
+                assert record["id"] == given.id and record["attrs"] == dict(given.attrs)
     # every alarm instance counts its key's matches once: counted here from the matched events' keys
     for query, events, stream, var, attr in ((join_id, joins, "s", "A", "region"),
                                              (pattern_id, patterns, "a", "a", "node")):
@@ -95,7 +102,6 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
         assert stored == dict(counted) and len(counted) > 1
     pipeline.registry.remove(join_id)
     pipeline.registry.remove(pattern_id)
-
 
 def test_a_batch_written_before_a_crash_is_replayed_for_its_state_only(pipeline):
     """As after a crash between the sink's EXEC and Spark's commit: the marker is one batch

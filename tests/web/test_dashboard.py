@@ -27,7 +27,9 @@ VIEWS = ("alarms", "queries", "tuner", "history", "inspector", "health")
 
 def observation(threshold: float, near: list[float], buffers: dict, watermark: float) -> dict:
     """A join's per-batch observations as the job writes them (combined over key groups)."""
-    return {"buffers": buffers, "buffer_bounds": {k: 40 for k in buffers}, "watermark": watermark,
+    # buffer_bounds: per side in the query's order, the max time below which a buffered event is obsolete
+    return {"buffers": buffers, "buffer_bounds": [watermark - 40 - 20 * k for k in range(len(buffers))],
+            "watermark": watermark,
             "threshold": threshold, "floor": 0.3, "groups": 1,
             "counters": {"near_misses": len(near), "late": 1, "evicted": 2, "matches": 0},
             "near_misses": [{"prob": p} for p in near],
@@ -570,7 +572,11 @@ def test_every_view_renders_without_errors_and_fits(tab, api, store, keys, join_
             labels = page.evaluate("document.querySelector('#ins-chart').layout.annotations.map(a => a.text)")
             assert {"<b>LPR</b>", "<b>SR</b>"} <= set(labels) and any("threshold" in t for t in labels)
         elif view == "health":
-            wait_until(page, "document.querySelector('#c-buffers')?.data?.length >= 2")
+            wait_until(page, "document.querySelector('#c-buffers')?.data?.length === 4")
+            # the bound it names: how far behind the watermark each side's buffer must keep events
+            kept = page.evaluate("document.querySelector('#c-buffers').data.filter(t => t.yaxis === 'y2')"
+                                 ".map(t => [t.name, t.y[t.y.length - 1]])")
+            assert kept == [["A kept back (bound)", 40], ["B kept back (bound)", 60]], kept
             page.locator('[data-testid="verdict"]').wait_for()
         elif view == "tuner":
             wait_until(page, "document.querySelector('#tune-chart')?.data?.length === 1")

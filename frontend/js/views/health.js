@@ -6,7 +6,7 @@
 
 import { get, q } from "../api.js";
 import { ago, clock, count, duration, esc, fullTime, number } from "../format.js";
-import { draw, palette, purge } from "../charts.js";
+import { draw, epochMs, palette, purge } from "../charts.js";
 import { bus, fillQuerySelect, store } from "../store.js";
 
 const POLL_MS = 5000;
@@ -87,7 +87,7 @@ export default {
         <h2 id="buf-title">Per query</h2>
         <div class="filters"><div><label for="h-query">Query</label><select id="h-query"></select></div></div>
         <div class="charts">
-          <div class="card"><h3>Buffer length per stream and its bound</h3><div class="chart small" id="c-buffers" role="img" aria-label="Buffer length per stream against its bound"></div></div>
+          <div class="card"><h3>Buffer length per stream and how far back its bound keeps it</h3><div class="chart small" id="c-buffers" role="img" aria-label="Buffer length per stream, and how far behind the watermark its bound (Theorem 4) keeps events"></div></div>
           <div class="card"><h3>Evictions, late events, near misses per micro-batch</h3><div class="chart small" id="c-counters" role="img" aria-label="Evictions, late events and near misses per micro-batch"></div></div>
         </div>
       </section>`;
@@ -168,17 +168,28 @@ export default {
       const streams = [...new Set(rows.flatMap((o) => Object.keys(o.observations?.buffers ?? {})))];
       const lines = [];
       const cycle = [colours.accent, colours.warn, colours.ok, colours.danger];
+      // Theorem 4's bound, per side: the max time below which a buffered event is obsolete,
+      // drawn as how far back (behind the watermark) the buffer must keep, on its own axis
+      const spans = streams.map((s, i) => rows.map((o) => {
+        const bound = o.observations?.buffer_bounds?.[i];
+        const mark = o.observations?.watermark;
+        return Number.isFinite(bound) && Number.isFinite(mark) ? mark - bound : null;
+      }));
+      const ms = rows.some((o) => epochMs([o.observations?.watermark]));
       streams.forEach((s, i) => {
         lines.push({ x, y: rows.map((o) => o.observations?.buffers?.[s] ?? null), name: `${s} buffered`, type: "scatter", mode: "lines",
           line: { color: cycle[i % cycle.length] } });
-        if (rows.some((o) => Number.isFinite(o.observations?.buffer_bounds?.[s]))) {
-          lines.push({ x, y: rows.map((o) => o.observations?.buffer_bounds?.[s] ?? null), name: `${s} bound`, type: "scatter", mode: "lines",
-            line: { color: cycle[i % cycle.length], dash: "dash" } });
+        if (spans[i].some((v) => v !== null)) {
+          lines.push({ x, y: spans[i].map((v) => (v === null ? null : ms ? v / 1000 : v)), name: `${s} kept back (bound)`,
+            type: "scatter", mode: "lines", yaxis: "y2", line: { color: cycle[i % cycle.length], dash: "dash" },
+            hovertemplate: `%{y:,.1f}${ms ? " s" : ""}<extra>${esc(s)}: kept back at most</extra>` });
         }
       });
       const common = { margin: { l: 52, r: 12, t: 8, b: 36 }, xaxis: { type: "date" } };
       const note = rows.length ? {} : { annotations: [{ text: "no observation yet", xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false }] };
-      draw(charts[3], lines, { ...common, ...note, yaxis: { title: { text: "events" }, rangemode: "tozero" } });
+      draw(charts[3], lines, { ...common, ...note, yaxis: { title: { text: "events" }, rangemode: "tozero" },
+        yaxis2: { title: { text: ms ? "kept back (s)" : "kept back" }, overlaying: "y", side: "right", rangemode: "tozero", automargin: true,
+          showgrid: false } });
       const counter = (name) => rows.map((o) => o.observations?.counters?.[name] ?? 0);
       draw(charts[4], [
         { x, y: counter("evicted"), name: "evicted", type: "bar", marker: { color: colours.muted } },

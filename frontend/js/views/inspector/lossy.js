@@ -3,6 +3,7 @@
 
 import { get, q } from "../../api.js";
 import { clock, esc, likelihood, percent } from "../../format.js";
+import { explainLink } from "../alarms.js";
 
 /** Shows the recent matches of lossy query `entry` in `panel`, one at a time. */
 export async function showSequence(panel, entry) {
@@ -26,7 +27,8 @@ export async function showSequence(panel, entry) {
     const m = matches[Number($("#ins-match").value)];
     const missed = components.filter((c) => !c.negated && !(c.variable in m.events));
     $("#lossy-detail").innerHTML = `<p>Probability <strong>${percent(m.prob)}</strong> (${likelihood(m.prob).word}) that the
-      sequence happened, with ${missed.length ? `${missed.length} component${missed.length > 1 ? "s" : ""} missed by ${missed.length > 1 ? "their readers" : "its reader"}` : "every positive component observed"}.</p>
+      sequence happened, with ${missed.length ? `${missed.length} component${missed.length > 1 ? "s" : ""} missed by ${missed.length > 1 ? "their readers" : "its reader"}` : "every positive component observed"}.
+      <a href="${explainLink(entry.id, m.id)}">How this probability came about</a></p>
       <table class="responsive"><thead><tr><th scope="col">Component</th><th scope="col">Stream</th><th scope="col">Event</th></tr></thead><tbody>`
       + components.map((c) => `<tr><td data-label="Component"><code>${c.negated ? "!" : ""}${esc(c.variable)}</code></td>
         <td data-label="Stream">${esc(c.stream)}</td><td data-label="Event">${c.negated ? "<span class=\"muted\">must not occur (negated)</span>"
