@@ -32,6 +32,7 @@ from ..timestamps import Histogram
 from .inspection import (
     BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection, row_event,
 )
+from .held import Held
 from .lookup import LookupTable
 from .partitions import TemplateTables
 from .rows import Rows
@@ -195,7 +196,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         if self.threshold < self.floor:
             self.floor = self.threshold
         self.watermark = -math.inf
-        self.buffers: dict[tuple, list[Rows]] = {}
+        self.held = Held()           # the stream buffers of every key (held.py)
         self.lookup = (np.empty(0, dtype=np.int64), np.empty(0))
         self.shape_ids: tuple[dict[float, int], dict[float, int]] = ({}, {})
         self.totals = dict.fromkeys(_COUNTERS, 0)
@@ -346,12 +347,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         if self.strategy in ("lazy", "lazy_lookup"):
             blocks = [self._join_keys(arrivals, matches, near)] if arrivals else []
         else:
-            blocks = []
-            for key, (new_a, new_b, sequence) in arrivals.items():
-                rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
-                self._join_each(self.buffers.setdefault(key, [Rows.empty(), Rows.empty()]), rows, sequence,
-                                matches, near)
-                blocks.append(rows)
+            blocks = self._join_per_key(arrivals, matches, near) if arrivals else []
         for rows in blocks:
             if len(partitions) < PARTITION_SAMPLES:
                 partitions.extend(self._partition_sample(rows, PARTITION_SAMPLES - len(partitions)))
@@ -399,21 +395,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
     def evict(self, watermark: float) -> int:
         if watermark > self.watermark:
             self.watermark = watermark
-        bounds = self.buffer_bounds()
-        evicted = 0
-        for key in list(self.buffers):
-            buffers = self.buffers[key]
-            for k in (0, 1):
-                rows = buffers[k]
-                if self.strategy == "simple":
-                    keep = np.flatnonzero(rows.hi >= bounds[k])
-                else:
-                    keep = slice(int(np.searchsorted(rows.hi, bounds[k], side="left")), None)
-                kept = rows.take(keep)
-                evicted += len(rows) - len(kept)
-                buffers[k] = kept
-            if not len(buffers[0]) and not len(buffers[1]):
-                del self.buffers[key]
+        evicted = self.held.evict(self.buffer_bounds())
         self.totals["evicted"] += evicted
         return evicted
 
@@ -453,14 +435,15 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         for k in (0, 1):
             if bounds[k] == -math.inf:
                 continue
-            oldest = min((float(b[k].hi.min()) for b in self.buffers.values() if len(b[k])), default=math.inf)
+            held = self.held.rows[k]
+            oldest = float(held.hi.min()) if len(held) else math.inf
             # the bound moves with the watermark; a little early is harmless, late is not
             reach = oldest - (bounds[k] - self.watermark)
             wake = min(wake, reach - 1e-9 * max(1.0, abs(reach), abs(self.watermark)))
         return {"watermark": wake} if wake < math.inf else {}
 
     def buffer_lengths(self) -> dict[str, int]:
-        return {side.var: sum(len(b[k]) for b in self.buffers.values()) for k, side in enumerate(self.sides)}
+        return {side.var: n for side, n in zip(self.sides, self.held.lengths())}
 
     # --- counters ------------------------------------------------------------------------
 
@@ -475,8 +458,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
             "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
             "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
-            "buffers": {key: [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids, r.attrs) for r in rows]
-                        for key, rows in self.buffers.items()},
+            "held": self.held.state(),
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -492,8 +474,10 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         op.key_group = state["key_group"]
         op.lookup = state["lookup"]
         op.shape_ids = state["shape_ids"]
-        # (a state written before rows kept their attributes has six columns)
-        op.buffers = {key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids, *attrs)
-                            for hi, lo, edges, probs, template, ids, *attrs in rows]
-                      for key, rows in state["buffers"].items()}
+        if "held" in state:
+            op.held = Held.from_state(state["held"])
+        else:   # a state written with a buffer per key (rows without attributes have six columns)
+            op.held = Held.from_buffers({key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids, *attrs)
+                                               for hi, lo, edges, probs, template, ids, *attrs in rows]
+                                         for key, rows in state["buffers"].items()})
         return op

@@ -45,22 +45,17 @@ class Strategies:
         """Algorithm 5 for every key of the block at once: new A against all of B (old and
         new), new B against old A, each event only against partners of its own key.
 
-        The buffers of the block's keys are laid end to end, sorted by (key, max time), so a
-        key's partners are one contiguous slice and one binary search serves every key; the
-        per-key buffers are cut back out at the end. Returns the new rows of A and of B."""
-        keys = list(arrivals)
-        old: list[Rows] = []
-        old_kid: list[np.ndarray] = []
+        The held rows of the block's keys are taken out sorted by (key, max time), so a
+        key's partners are one contiguous slice and one binary search serves every key;
+        they go back with the new rows at the end. Returns the new rows of A and of B."""
+        codes = np.fromiter((self.held.code(key) for key in arrivals), dtype=np.int64, count=len(arrivals))
+        old, old_kid = self.held.take_keys(codes)
         new: list[Rows] = []
         new_kid: list[np.ndarray] = []
-        held = [self.buffers.get(key) or (Rows.empty(), Rows.empty()) for key in keys]
         for k in (0, 1):
-            parts = [buffers[k] for buffers in held]
-            old.append(Rows.concat(parts))
-            old_kid.append(np.repeat(np.arange(len(keys)), [len(part) for part in parts]))
-            items = [(item, kid) for kid, key in enumerate(keys) for item in arrivals[key][k]]
+            items = [(item, code) for code, arrived in zip(codes.tolist(), arrivals.values()) for item in arrived[k]]
             new.append(Rows.build(*zip(*(item for item, _ in items))) if items else Rows.empty())
-            new_kid.append(np.fromiter((kid for _, kid in items), dtype=np.int64, count=len(items)))
+            new_kid.append(np.fromiter((code for _, code in items), dtype=np.int64, count=len(items)))
         all_b, kid_b = _merged(old[1], old_kid[1], new[1], new_kid[1])
         for base, base_kid, target, target_kid, base_is_a in ((new[0], new_kid[0], all_b, kid_b, True),
                                                               (new[1], new_kid[1], old[0], old_kid[0], False)):
@@ -68,12 +63,30 @@ class Strategies:
             self._emit_certain(certain, matches)
             self._probe(uncertain, matches, near)
         all_a, kid_a = _merged(old[0], old_kid[0], new[0], new_kid[0])
-        # each key's buffers as arrays of their own (a slice would keep the whole block alive)
-        cuts = [np.searchsorted(kid, np.arange(len(keys) + 1)).tolist() for kid in (kid_a, kid_b)]
-        for i, key in enumerate(keys):
-            self.buffers[key] = [all_a.take(np.arange(cuts[0][i], cuts[0][i + 1])),
-                                 all_b.take(np.arange(cuts[1][i], cuts[1][i + 1]))]
+        self.held.put(0, all_a, kid_a)
+        self.held.put(1, all_b, kid_b)
         return new
+
+    def _join_per_key(self, arrivals: dict[tuple, tuple[list, list, list]], matches, near) -> list[list[Rows]]:
+        """Algorithms 1 and 2 for each key of the block in turn (their buffers taken out
+        together and put back together). Returns each key's new rows of A and of B."""
+        codes = np.fromiter((self.held.code(key) for key in arrivals), dtype=np.int64, count=len(arrivals))
+        old, old_kid = self.held.take_keys(codes, by_time=self.strategy != "simple")
+        cuts = [(np.searchsorted(kid, codes, side="left").tolist(), np.searchsorted(kid, codes, side="right").tolist())
+                for kid in old_kid]
+        blocks, kept = [], ([], [])
+        for i, (code, (new_a, new_b, sequence)) in enumerate(zip(codes.tolist(), arrivals.values())):
+            rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
+            buffers = [old[k].take(slice(cuts[k][0][i], cuts[k][1][i])) for k in (0, 1)]
+            self._join_each(buffers, rows, sequence, matches, near)
+            for k in (0, 1):
+                kept[k].append((buffers[k], code))
+            blocks.append(rows)
+        for k in (0, 1):
+            self.held.put(k, Rows.concat([rows for rows, _ in kept[k]]),
+                          np.repeat(np.array([code for _, code in kept[k]], dtype=np.int64),
+                                    [len(rows) for rows, _ in kept[k]]))
+        return blocks
 
     def _join_each(self, buffers: list[Rows], new: list[Rows], sequence, matches, near) -> None:
         """Algorithms 1 and 2: one event at a time, in arrival order."""
@@ -106,7 +119,7 @@ class Strategies:
         if kids is None:
             pi = target.longest()
         else:
-            pi = _longest_per_key(target, kids[1], len(base) and int(kids[0].max()) + 1)[kids[0]]
+            pi = _longest_per_key(target, kids[1], kids[0])
         start, stop, sr_start, sr_stop = _searches(target.hi, kids, [
             (base.lo - self.d, "right"), (base.hi + self.d + pi, "left"),
             (base.hi - self.d + pi, "left"), (base.lo + self.d, "right")])
@@ -201,16 +214,15 @@ def _merged(old: Rows, old_kid: np.ndarray, new: Rows, new_kid: np.ndarray) -> t
     return rows.take(order), kid[order]
 
 
-def _longest_per_key(rows: Rows, kid: np.ndarray, keys: int) -> np.ndarray:
-    """The longest timestamp of each key's rows (0 for a key without any); ``kid`` sorted."""
-    longest = np.zeros(keys)
-    if len(rows) and keys:
-        starts = np.searchsorted(kid, np.arange(keys))
-        stops = np.searchsorted(kid, np.arange(keys), side="right")
-        held = np.flatnonzero(stops > starts)
-        if len(held):
-            longest[held] = np.maximum.reduceat(rows.hi - rows.lo, starts[held])
-    return longest
+def _longest_per_key(rows: Rows, kid: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each key code of ``wanted``, the longest timestamp of its rows (0 for a key
+    without any); ``kid`` (the key code of each row) sorted."""
+    if not len(rows) or not len(wanted):
+        return np.zeros(len(wanted))
+    held, starts = np.unique(kid, return_index=True)
+    longest = np.maximum.reduceat(rows.hi - rows.lo, starts)
+    at = np.minimum(np.searchsorted(held, wanted), len(held) - 1)
+    return np.where(held[at] == wanted, longest[at], 0.0)
 
 
 def _searches(hi: np.ndarray, kids: tuple[np.ndarray, np.ndarray] | None,

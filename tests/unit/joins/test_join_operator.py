@@ -482,3 +482,37 @@ def test_template_tables_are_built_once_per_process_and_shared_read_only():
     assert not tables.right.flags.writeable and not tables.left.flags.writeable
     assert np.array_equal(tables.right, stime_table(a, b, 0.6))
     assert np.array_equal(tables.left, stime_table(a, b, 0.4, earliest=True))
+
+
+@pytest.mark.parametrize("strategy", ["lazy", "lazy_lookup", "ssort"])
+def test_ten_thousand_keys_equal_the_all_pairs_oracle(strategy):
+    """10,000 key values drifting with time, so keys leave the buffers and come back long
+    after (their codes renumbered meanwhile): every pair within a key, against the
+    all-pairs oracle taken key by key (pairs of different keys never match)."""
+    streams, events = workload(4242, "templates", n=24_000, spacing=0.5, late_share=0.01)
+    rng = np.random.default_rng(4242)
+    events = [dataclasses.replace(e, attrs={**e.attrs, "region": int((i // 2 + rng.integers(0, 40)) % 10_000)})
+              for i, e in enumerate(events)]
+    op = compile_query(QUERY.format(d=12.0, keys="AND A.region = B.region", t=0.4, s=strategy), streams)
+    found, late = run(op, events, 1000)
+    watermark, admitted = -math.inf, []
+    for e in events:
+        if e.histogram.hi + streams[e.stream].max_delay < watermark:
+            continue
+        watermark = max(watermark, e.histogram.hi)
+        admitted.append(e)
+    by_key: dict[int, tuple[list, list]] = {}
+    for e in admitted:
+        by_key.setdefault(e.attrs["region"], ([], []))[0 if e.stream == "S" else 1].append(e)
+    expected, ambiguous = {}, set()
+    for left, right in by_key.values():
+        for a, b in itertools.product(left, right):
+            p = oracle_within(a.histogram, b.histogram, 12.0)
+            if abs(p - 0.4) < AMBIGUOUS:
+                ambiguous.add((a.id, b.id))
+            elif p >= 0.4:
+                expected[(a.id, b.id)] = p
+    assert len(by_key) > 8_000 and len(expected) > 1_000
+    check(found, expected, ambiguous)
+    assert op.counters["evicted"] > 10_000
+    assert len(op.held.keys) < 4_096, "codes of keys that left were forgotten (renumbered)"
