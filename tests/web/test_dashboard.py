@@ -584,6 +584,11 @@ def test_every_view_renders_without_errors_and_fits(tab, api, store, keys, join_
             page.wait_for_timeout(500)
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0, f"{view} scrolls sideways by {overflow} px at {width} px"
+        # no epoch number anywhere: not in the view's text, not on a chart's ticks
+        text = page.inner_text("#main")
+        assert not re.search(r"\d[\d,.\u202f]{9,}", text), (view, text)
+        ticks = page.eval_on_selector_all("#main .xtick text, #main .ytick text", "els => els.map(e => e.textContent)")
+        assert not [t for t in ticks if re.search(r"\d[\d,.\u202f]{9,}", t)], (view, ticks)
         page.screenshot(path=str(tab_artifact(f"{view}-{width}.png")))
     # every element reached by Tab shows a visible focus ring
     tab.open("alarms")
