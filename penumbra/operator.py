@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from .errors import ValidationError
 from .events import Event
 from .keygroups import KeyGroup
@@ -156,6 +158,13 @@ class Operator(abc.ABC):
         """For every stream the query reads (case-folded), the attributes whose values
         key the state in each role the stream plays; ``()`` for a role that is not keyed
         (see :class:`~penumbra.keygroups.Routing`)."""
+
+    def concerned(self, events: Sequence[Event]) -> np.ndarray:
+        """Which of ``events`` can play a part in this query: false only for an event that
+        every role its stream plays refuses by a condition on the event alone (a join
+        side's one-source filter). Such an event changes nothing but time, so a host may
+        keep it from the operator as long as the clock still counts it (:meth:`clock_of`)."""
+        return np.ones(len(events), dtype=bool)
 
     @abc.abstractmethod
     def clock_of(self, events: Sequence[Event]) -> Clock:

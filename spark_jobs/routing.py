@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
 import redis
 
 from contract.entries import CONTROL_FIELD, EVENT_FIELD, encode, read_end_mark
@@ -78,6 +79,7 @@ class _Compiled:
         self.broken: dict[str, str] = {}
         self.deleted = list(registry.get("deleted", {}))
         self.readers: dict[str, list[CompiledQuery]] = {}
+        self.clock_keys: dict[str, Any] = {}
         for query_id, entry in registry["queries"].items():
             if entry.get("failed"):
                 continue  # quarantined: skipped until it is changed or removed
@@ -91,6 +93,11 @@ class _Compiled:
                 continue
             compiled_query = CompiledQuery(entry, query, streams, clocker, routing)
             self.queries[query_id] = compiled_query
+            # a join's clock is what its streams' events say (their largest max time as its
+            # sides admit them): joins over the same streams with the same parameters share it
+            self.clock_keys[query_id] = ("join", repr(sorted((side.stream, repr(side.params))
+                                                           for side in clocker.sides))) \
+                if query.kind == "join" else query_id
             if not entry.get("paused"):
                 for stream in routing.roles:
                     self.readers.setdefault(stream, []).append(compiled_query)
@@ -160,12 +167,13 @@ class Router:
 
     def _route(self, registry: _Compiled, version: int, entries) -> list[tuple]:
         rows: list[tuple] = []
-        by_query: dict[str, list] = {}
         blocks: dict[tuple[str, int], tuple[list, list]] = {}
         broken = dict(registry.broken)
         entries = list(entries)
         lines = [data for _, _, field, data in entries if field == EVENT_FIELD]
         parsed = iter(parse_event_lines(lines, registry.streams))
+        # the partition's valid events by stream: (ordinal, JSON line, event)
+        by_stream: dict[str, tuple[list, list, list]] = {}
         for seq, entry, field, data in entries:
             if field == CONTROL_FIELD:
                 self.ended.update(_end_mark(data, registry))
@@ -179,31 +187,57 @@ class Router:
             if isinstance(event, ValidationError):
                 _reject(rows, seq, entry, str(event), data, version)
                 continue
-            for query in registry.readers.get(event.stream.casefold(), ()):
+            found = by_stream.get(event.stream.casefold())
+            if found is None:
+                found = by_stream[event.stream.casefold()] = ([], [], [])
+            found[0].append(seq)
+            found[1].append(data)
+            found[2].append(event)
+        # each query gets the events it is concerned with (its one-source conditions decided
+        # for the whole block at once), so a selective query costs what it keeps
+        for stream, (seqs, datas, events) in by_stream.items():
+            # queries keyed alike send an event to the same groups: found once per event
+            groups_of: dict[tuple, list] = {}
+            for query in registry.readers.get(stream, ()):
                 query_id = query.entry["id"]
                 if query_id in broken:
                     continue
                 try:
-                    groups = query.routing.groups(event.stream, event.attrs)
+                    concerned = query.clocker.concerned(events)
+                    alike = (tuple(sorted(query.routing.roles.items())), query.routing.count)
+                    known = groups_of.get(alike)
+                    if known is None:
+                        known = groups_of[alike] = [None] * len(events)
+                    for i in np.flatnonzero(concerned).tolist():
+                        groups = known[i]
+                        if groups is None:
+                            event = events[i]
+                            groups = known[i] = query.routing.groups(event.stream, event.attrs)
+                        for group in groups:
+                            block = blocks.get((query_id, group))
+                            if block is None:
+                                block = blocks[query_id, group] = ([], [])
+                            block[0].append(seqs[i])
+                            block[1].append(datas[i])
                 except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                     broken[query_id] = failure(error)
-                    continue
-                by_query.setdefault(query_id, []).append(event)
-                for group in groups:
-                    block = blocks.get((query_id, group))
-                    if block is None:
-                        block = blocks[query_id, group] = ([], [])
-                    block[0].append(seq)
-                    block[1].append(data)
-        for query_id, events in by_query.items():
-            if query_id in broken:
+        # the clock of every query from all the events of its streams; one computation
+        # serves every query with the same streams and parameters (registry.clock_keys)
+        clocks: dict[Any, Clock] = {}
+        for query_id, query in registry.queries.items():
+            if query_id in broken or query.entry.get("paused"):
                 continue
+            read = [by_stream[s][2] for s in query.routing.roles if s in by_stream]
+            if not read:
+                continue
+            key = registry.clock_keys[query_id]
             try:
-                clock = registry.queries[query_id].clocker.clock_of(events)
+                if key not in clocks:
+                    clocks[key] = query.clocker.clock_of([e for events in read for e in events])
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                 broken[query_id] = failure(error)
                 continue
-            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}), clock)
+            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}), clocks[key])
         for query_id, error in broken.items():
             _quarantine(rows, query_id, registry.entries.get(query_id), error, version)
             self.clocks.pop(query_id, None)

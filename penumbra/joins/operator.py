@@ -28,6 +28,7 @@ from ..events import Event, StreamParams, Streams, parse_streams
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..query import JoinQuery
 from ..query.ast import evaluate
+from ..query.block import block_filter
 from ..timestamps import Histogram
 from .inspection import (
     BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection, row_event,
@@ -301,6 +302,13 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 continue
             for k in sides:
                 side = self.sides[k]
+                if side.filters and not all(evaluate(f, {side.var: event.attrs}) is True for f in side.filters):
+                    # not this side's event (never late or rejected for it); time still moves with it
+                    self.totals["filtered"] += 1
+                    admitted = self._admit(side, event)
+                    if not isinstance(admitted, str) and admitted[0].hi > self.watermark:
+                        self.watermark = admitted[0].hi
+                    continue
                 admitted = self._admit(side, event)
                 if isinstance(admitted, str):
                     self.totals["rejected"] += 1
@@ -315,11 +323,6 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                     continue
                 if hi > self.watermark:
                     self.watermark = hi
-                if side.filters:
-                    bindings = {side.var: event.attrs}
-                    if not all(evaluate(f, bindings) is True for f in side.filters):
-                        self.totals["filtered"] += 1
-                        continue
                 values = self._key(side, event)
                 if values is None:
                     self.totals["unkeyed"] += 1
@@ -406,6 +409,20 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         for side in self.sides:
             roles.setdefault(side.stream, []).append(side.key)
         return roles
+
+    def concerned(self, events: Sequence[Event]) -> np.ndarray:
+        """Events of a side's stream passing that side's filters (either side of a
+        self-join), the filters evaluated on the whole block at once."""
+        streams = np.array([e.stream.casefold() for e in events], dtype=object)
+        out = np.zeros(len(events), dtype=bool)
+        for side in self.sides:
+            mine = np.flatnonzero(streams == side.stream)
+            if not len(mine):
+                continue
+            if side.filters:
+                mine = mine[block_filter(list(side.filters), side.var, [events[i].attrs for i in mine])]
+            out[mine] = True
+        return out
 
     def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
         """The largest max time of the events either side admits (late ones lie below

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event
-from ..query.ast import Attr, BinOp, Bool, Compare, Const, Expr, Not, Unary, attrs_of, evaluate, variables_of
+from ..query.ast import Expr, evaluate, variables_of
+from ..query.block import block_filter
 from ..query.pattern import PatternQuery
 from ..timestamps import Interval
 
@@ -146,7 +147,7 @@ class CompiledPattern:
         for j, name in enumerate(self._streams):
             chosen = np.array(by_stream.get(name, ()), dtype=np.intp)
             if chosen.size and self._filters[j]:
-                chosen = chosen[_block_filter(self._filters[j], self.variables[j],
+                chosen = chosen[block_filter(self._filters[j], self.variables[j],
                                               [events[i].attrs for i in chosen])]
             items.extend((i, j) for i in chosen.tolist())
         return items
@@ -180,80 +181,6 @@ class CompiledPattern:
                 if evaluate(term, bindings) is not True:
                     return False
         return True
-
-
-class _PerEvent(Exception):
-    """The block's values or the condition need the per-event evaluator."""
-
-
-def _block_filter(terms: list[Expr], variable: str, events: list[Mapping[str, Any]]) -> np.ndarray:
-    """Which events (their attributes) satisfy every one of ``terms`` (on ``variable`` alone), exactly as
-    :func:`~penumbra.query.ast.evaluate` decides; numeric conditions run on numpy arrays."""
-    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    try:
-        for term in terms:
-            for attr in attrs_of(term):
-                if attr.name not in columns:
-                    columns[attr.name] = _numeric_column([e.get(attr.name) for e in events])
-        with np.errstate(all="ignore"):
-            keep = np.ones(len(events), dtype=bool)
-            for term in terms:
-                keep &= _truth(term, columns)
-        return keep
-    except _PerEvent:
-        return np.array([all(evaluate(t, {variable: e}) is True for t in terms) for e in events],
-                        dtype=bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _numeric_column(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Values and a mask of present ones; any non-numeric value sends the block per event."""
-    kinds = set(map(type, values))
-    if not kinds <= {int, float, type(None)}:
-        raise _PerEvent
-    if type(None) not in kinds:
-        return np.array(values, dtype=np.float64), np.ones(len(values), dtype=bool)
-    present = np.array([v is not None for v in values], dtype=bool)
-    return np.array([v if v is not None else np.nan for v in values], dtype=np.float64), present
-
-
-_COMPARE = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
-            ">": np.greater, ">=": np.greater_equal}
-_ARITHMETIC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide, "%": np.mod}
-
-
-def _truth(expr: Expr, columns) -> np.ndarray:
-    if isinstance(expr, Compare):
-        left, left_ok = _value(expr.left, columns)
-        right, right_ok = _value(expr.right, columns)
-        return left_ok & right_ok & _COMPARE[expr.op](left, right)
-    if isinstance(expr, Bool):
-        parts = [_truth(e, columns) for e in expr.operands]
-        return np.logical_and.reduce(parts) if expr.op == "and" else np.logical_or.reduce(parts)
-    if isinstance(expr, Not):
-        return ~_truth(expr.operand, columns)
-    raise _PerEvent
-
-
-def _value(expr: Expr, columns) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(expr, Const) and _is_number(expr.value):
-        return np.float64(expr.value), np.True_
-    if isinstance(expr, Attr):
-        return columns[expr.name]
-    if isinstance(expr, Unary):
-        value, ok = _value(expr.operand, columns)
-        return (-value if expr.op == "-" else value), ok
-    if isinstance(expr, BinOp):
-        left, left_ok = _value(expr.left, columns)
-        right, right_ok = _value(expr.right, columns)
-        ok = left_ok & right_ok
-        if expr.op in ("/", "%"):
-            ok = ok & (right != 0)
-        return _ARITHMETIC[expr.op](left, right), ok
-    raise _PerEvent
 
 
 def _window_steps(window: float, unit: float) -> int:

@@ -104,3 +104,27 @@ def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server, regi
                 assert (query_id, group, row_slot) == (*CONTROL, 0)
             else:
                 assert row_slot == (slot(query_id, group, partitions) if placed else 0), row[:4]
+
+
+def test_a_selective_query_gets_only_the_events_it_is_concerned_with_and_the_time_of_all(redis_server, registry):
+    """Forty joins each keeping one value of A.z in 40 (and the plain join ``j``): each gets
+    the A events its filter keeps and every B event, and the clock of every event of its
+    streams, computed once for all the joins over the same streams."""
+    keys = registry.keys
+    for r in range(40):
+        registry.register(JOIN.replace("WITH", f"AND A.z % 40 = {r} WITH"), query_id=f"s{r}")
+    version = registry.version()
+    lines = [json.dumps({"stream": "ra", "id": f"a{n}", "ts": {"lo": n, "hi": n + 1.0}, "attrs": {"k": 1, "z": n}}).encode()
+             for n in range(80)]
+    lines += [event("rb", n, 1, 5.0 + n) for n in range(10)]
+    router = Router(redis_server.url, keys.prefix, 1)
+    rows = router.route(version, [(i, f"{i}-0", "e", line) for i, line in enumerate(lines)]) + router.close(version)
+    got: dict[str, list[str]] = {}
+    for row in rows:
+        if row[3] == "b":
+            got.setdefault(row[0], []).extend(json.loads(line)["id"] for line in unpack([row[4]]))
+    for r in range(40):
+        assert got[f"s{r}"] == [f"a{n}" for n in (r, r + 40)] + [f"rb{n}" for n in range(10)], r
+    assert len(got["j"]) == 90
+    ticks = {row[0]: json.loads(row[4])["clock"] for row in rows if row[3] == "t"}
+    assert {q: c["watermark"] for q, c in ticks.items()} == {q: 80.0 for q in ["j", *(f"s{r}" for r in range(40))]}
