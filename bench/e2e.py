@@ -100,7 +100,8 @@ class Listener:
             while True:
                 message = json.loads(self.socket.recv())
                 if message.get("type") == "matches":
-                    self.arrived.append((time.monotonic(), message["data"]))
+                    # (when, on this process's clock and on the wall clock, the match, its entry id)
+                    self.arrived.append((time.monotonic(), message["data"], time.time(), message.get("id")))
         except Exception:  # closed
             self.closed = True
 
@@ -114,19 +115,27 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     count = int(rate * seconds)
     lines = shifted(intrusions(count, seed=rate), tag, offset)
     posted: dict[str, float] = {}
+    posted_wall: dict[str, float] = {}
+    ids = [json.loads(line)["id"] for line in lines]
+    encoded = [line.encode() for line in lines]
+    post_s: list[float] = []
     tally = Tally()
     start_mark = len(listener.arrived)
+    window_start = time.time()
     with ApiSink(url, token) as sink:
         started = time.monotonic()
         sent = 0
         while sent < count:
             due = min(count, int((time.monotonic() - started) * rate) + 1)
             if due - sent >= max(1, rate // 40) or due == count:
-                chunk = lines[sent:due]
-                sink.send([line.encode() for line in chunk], tally)
+                before = time.monotonic()
+                sink.send(encoded[sent:due], tally)
                 now = time.monotonic()
-                for line in chunk:
-                    posted[json.loads(line)["id"]] = now
+                post_s.append(now - before)
+                wall = time.time()
+                for event_id in ids[sent:due]:
+                    posted[event_id] = now
+                    posted_wall[event_id] = wall
                 sent = due
             else:
                 time.sleep(0.005)
@@ -141,15 +150,40 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
         idle = time.monotonic() - quiet_since
         if (seen > start_mark and idle >= quiet) or (seen == start_mark and idle >= 120):
             break
-    delays = [at - max(posted[e] for e in match["events"].values())
-              for at, match in listener.arrived[start_mark:]
-              if all(e in posted for e in match["events"].values())]
+    mine = [(at, match, wall, entry) for at, match, wall, entry in listener.arrived[start_mark:]
+            if all(e in posted for e in match["events"].values())]
+    delays = [at - max(posted[e] for e in match["events"].values()) for at, match, _, _ in mine]
     delays_s = np.array(delays) if delays else np.array([np.nan])
+    # the stages of a match's way, on the wall clock: its later event's POST answered -> its
+    # entry written by the job (the entry id's time) -> its message at the client
+    written = [(int(entry.split("-")[0]) / 1000.0, wall, max(posted_wall[e] for e in match["events"].values()))
+               for _, match, wall, entry in mine if entry]
+    to_written = np.array([w - p for w, _, p in written] or [np.nan])
+    to_client = np.array([a - w for w, a, _ in written] or [np.nan])
+    stages = {"post_p50_ms": 1000 * float(np.percentile(post_s, 50)) if post_s else float("nan"),
+              "post_p99_ms": 1000 * float(np.percentile(post_s, 99)) if post_s else float("nan"),
+              "written_p50_s": float(np.nanpercentile(to_written, 50)),
+              "written_p99_s": float(np.nanpercentile(to_written, 99)),
+              "feed_p50_s": float(np.nanpercentile(to_client, 50)), "feed_p99_s": float(np.nanpercentile(to_client, 99)),
+              **job_stages(url, token, window_start)}
     last = max(json.loads(line)["ts"]["detected"] for line in lines)
     return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
             "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
             "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
-            "delays_s": delays_s}
+            "delays_s": delays_s, **stages}
+
+
+def job_stages(url: str, token: str, since: float) -> dict:
+    """The job's micro-batches since ``since`` (GET /api/metrics): how many, rows and
+    duration, and the largest lag it reported."""
+    status, answer = api_call(url, "GET", "/api/metrics", token)
+    batches = [m for m in (answer.get("items", []) if status == 200 else []) if m.get("at", 0) >= since and m.get("rows")]
+    if not batches:
+        return {"batches": 0}
+    durations = np.array([m["duration_ms"] for m in batches], dtype=float)
+    return {"batches": len(batches), "rows_per_batch": float(np.mean([m["rows"] for m in batches])),
+            "batch_p50_ms": float(np.percentile(durations, 50)), "batch_max_ms": float(durations.max()),
+            "lag_max_s": max(float(m.get("lag_seconds") or 0.0) for m in batches)}
 
 
 def main() -> None:
@@ -190,6 +224,12 @@ def main() -> None:
                 report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted): {result['matches']:,} "
                            f"matches, latency p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s, "
                            f"max {result['max_s']:.2f} s")
+                report.say(f"        stages: POST {result['post_p50_ms']:.0f} ms p50 / {result['post_p99_ms']:.0f} ms "
+                           f"p99 a request; POST answered -> match written p50 {result['written_p50_s']:.2f} s / "
+                           f"p99 {result['written_p99_s']:.2f} s; written -> client p50 {result['feed_p50_s']:.2f} s / "
+                           f"p99 {result['feed_p99_s']:.2f} s; the job: {result.get('batches', 0)} batches of "
+                           f"{result.get('rows_per_batch', 0):,.0f} rows, p50 {result.get('batch_p50_ms', 0):,.0f} ms, "
+                           f"max {result.get('batch_max_ms', 0):,.0f} ms, lag up to {result.get('lag_max_s', 0):.1f} s")
                 if rate in ladder and (result["p99_s"] > TARGET_P99 or result["achieved_rate"] < 0.95 * rate):
                     break
         finally:

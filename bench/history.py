@@ -64,7 +64,16 @@ def build(root: Path, matches: int, keys: int, seed: int = 1) -> tuple[int, int]
                           "partition": pa.nulls(n, pa.string()),
                           "times": pc.binary_join_element_wise('{"A":[', pc.cast(pa.array(at - 500), pa.string()), ",",
                                                                pc.cast(pa.array(at - 100), pa.string()), "]}", ""),
-                          "key": spelled, "alarm": alarm, "group": (key % 8).astype(np.int32)}, schema=SCHEMA)
+                          "key": spelled, "alarm": alarm, "group": (key % 8).astype(np.int32),
+                          # the matched events, as a join's match carries them (for its explanation)
+                          "records": pc.binary_join_element_wise(
+                              '{"A":{"stream":"seismic","id":"d' + str(day), pc.cast(pa.array(np.arange(n)), pa.string()),
+                              '","ts":{"detected":', pc.cast(pa.array(at - 100), pa.string()),
+                              ',"template":"s1"},"attrs":{"region":', pc.cast(pa.array(key), pa.string()),
+                              '}},"B":{"stream":"acoustic","id":"b', pc.cast(pa.array(batch), pa.string()),
+                              '","ts":{"detected":', pc.cast(pa.array(at - 300), pa.string()),
+                              ',"template":"m1"},"attrs":{"region":', pc.cast(pa.array(key), pa.string()), "}}}", ""),
+                          "factors": pa.nulls(n, pa.string())}, schema=SCHEMA)
         folder = query_dir(root, QUERY) / f"date={time.strftime('%Y-%m-%d', time.gmtime((start + day * DAY) / 1000))}"
         folder.mkdir(parents=True, exist_ok=True)
         first, last = int(batch[0] + day * batches), int(batch[-1] + day * batches)
