@@ -18,7 +18,7 @@ figure of merit is the 40 queries' time against the one unfiltered join's (targe
 1.3x).
 
     .venv/bin/python bench/queries.py            # 80,000 events
-    .venv/bin/python bench/queries.py --quick    # 8,000 events, 40 queries and the unfiltered one
+    .venv/bin/python bench/queries.py --quick    # a smoke run: 8,000 events, the 40 queries in one job
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=80_000)
     parser.add_argument("--batch-rows", type=int, default=100_000, help="the job's cap per micro-batch")
-    parser.add_argument("--quick", action="store_true", help="8,000 events; 40 selective queries and the unfiltered one")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 8,000 events, the 40 selective queries in one job")
     args = parser.parse_args()
     events = 8_000 if args.quick else args.events
     report = Report("queries_quick" if args.quick else "queries", "What a query costs: 40 selective joins against one")
@@ -102,7 +102,8 @@ def main() -> None:
                f"with the one-source filter `A.zone % 40 = r` against one unfiltered keyed join")
     lines = zoned(intrusions(events))
     runs = {f"{n} selective": {f"sel{r}": SELECTIVE.format(r=r) for r in range(n)} for n in ((40,) if args.quick else (1, 10, 40))}
-    runs["1 unfiltered"] = {"all": QUERY}
+    if not args.quick:      # a smoke run starts one job: the ratio needs the full run
+        runs["1 unfiltered"] = {"all": QUERY}
     rows = []
     with tempfile.TemporaryDirectory(prefix="penumbra-queries-") as folder:
         for n, (name, queries) in enumerate(runs.items()):
@@ -111,9 +112,12 @@ def main() -> None:
             report.say(f"{name:>13}: {row['seconds']:.2f} s ({row['events_per_s']:,.0f} events/s), "
                        f"{row['matches']:,} matches in {row['batches']} micro-batches")
     forty = next(r for r in rows if r["run"] == "40 selective")
-    one = next(r for r in rows if r["run"] == "1 unfiltered")
-    report.say(f"40 selective against 1 unfiltered (same matches: {forty['matches']:,} and {one['matches']:,}): "
-               f"{forty['seconds'] / one['seconds']:.2f}x the time (target <= 1.3)")
+    one = next((r for r in rows if r["run"] == "1 unfiltered"), None)
+    if one is None:
+        report.say("--quick: the 40 selective queries alone (the ratio against one unfiltered join needs the full run)")
+    else:
+        report.say(f"40 selective against 1 unfiltered (same matches: {forty['matches']:,} and {one['matches']:,}): "
+                   f"{forty['seconds'] / one['seconds']:.2f}x the time (target <= 1.3)")
     figure, axis = plt.subplots(figsize=(6, 3.5))
     axis.bar([r["run"] for r in rows], [r["seconds"] for r in rows])
     axis.set_ylabel("seconds to drain")
