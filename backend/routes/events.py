@@ -21,7 +21,7 @@ from contract.identity import CONFLICT_REASON, identified
 from contract.ingest import CONFLICT, DUPLICATE, note_sources
 from contract.ingest import ingest as append_once
 from penumbra.errors import ValidationError
-from penumbra.events import admit_events, loads
+from penumbra.events import admit_events, loads_events
 
 from ..deps import AnalystDep, Service, ServiceDep
 from ..errors import ApiError
@@ -46,7 +46,7 @@ def decode_body(body: bytes):
     """The request's JSON, strictly (NaN and Infinity are errors; integers stay exact), or
     400 naming the problem."""
     try:
-        return loads(body)
+        return loads_events(body)
     except ValidationError as error:
         raise ApiError(400, str(error), field="body") from None
 

@@ -12,10 +12,10 @@ the checks that make one, :mod:`.codec` the reading of JSON text (lines, blocks,
 ([20.0, 40.0, 50.0, 60.0], 's1')
 """
 
-# the service imports ``loads`` and the tests ``MAX_ATTRS`` from here; as before, neither is in __all__
+# the service imports ``loads`` and ``loads_events`` and the tests ``MAX_ATTRS`` from here; as before, none is in __all__
 from .codec import (
-    Rejected, admit_events, collector_paused, content_of, load_events, load_streams, loads, parse_event_line,
-    parse_event_lines, parse_events, read_events,
+    Rejected, admit_events, collector_paused, content_of, load_events, load_streams, loads, loads_events,
+    parse_event_line, parse_event_lines, parse_events, read_events,
 )
 from .model import MAX_ATTRS, Event, event_to_json, parse_event
 from .streams import GAP_FAMILIES, StreamParams, Streams, gap_problem, parse_streams
