@@ -73,9 +73,10 @@ def _event(record: Mapping[str, Any], streams: Streams, var: str):
 
 def _join(op, streams: Streams, records: Mapping[str, Any]) -> dict[str, Any]:
     (a, b), d = op.names, op.d
-    events, histograms = [], []
+    events, histograms, parsed = [], [], []
     for k, var in enumerate((a, b)):
         event = _event(records[var], streams, var)
+        parsed.append(event)
         admitted = op._admit(op.sides[k], event)
         if isinstance(admitted, str):
             raise ValidationError(f"records.{var}.ts", admitted)
@@ -88,7 +89,7 @@ def _join(op, streams: Streams, records: Mapping[str, Any]) -> dict[str, Any]:
     within = p_within(ha, hb, d)
     no_later = p_geq(ha, hb, d)       # P(X_B <= X_A + d)
     too_early = p_geq(ha, hb, -d)     # P(X_B < X_A - d)
-    curve = op.probability_curve(_event(records[a], streams, a), partners=[_event(records[b], streams, b)])
+    curve = op.probability_curve(parsed[0], partners=[parsed[1]])
     partner = curve["partners"][0]
     later, earlier = (1, 0) if hb.hi >= ha.hi else (0, 1)
     h_later, h_earlier = histograms[later], histograms[earlier]
