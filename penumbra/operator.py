@@ -103,7 +103,12 @@ class BlockResult:
         """This result followed by ``later``: matches and late events in order; the
         observations of ``later`` describe the state after it, so they replace this
         result's, except samples (lists), which accumulate, and per-block ``counters``, which add."""
-        self.matches = [*self.matches, *later.matches]
+        if not len(later.matches):
+            pass
+        elif not len(self.matches) and not isinstance(later.matches, list):
+            self.matches = later.matches    # a block's own sequence (never changed in place) is kept as it is
+        else:
+            self.matches = [*self.matches, *later.matches]
         self.late = [*self.late, *later.late]
         for name, value in later.observations.items():
             mine = self.observations.get(name)

@@ -64,6 +64,7 @@ class Inspection:
         """Pairs with ``floor <= P < threshold``: counted, binned by probability, the first
         few kept as samples."""
         self.totals["near_misses"] += len(ia)
+        self._near_parts.append((a, ia, b, ib, probs))
         # a probability on a bin edge (0.57 is 56.99999... * 0.01) belongs to the bin above it
         bins = np.minimum((probs / NEAR_MISS_BIN + 1e-9).astype(np.int64), len(self._near_bins) - 1)
         self._near_bins += np.bincount(bins, minlength=len(self._near_bins))

@@ -59,8 +59,10 @@ class JoinMatches(Sequence[Match]):
 
     def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
                  key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None,
-                 partition_of=None, sources: tuple[tuple[str, list[str]], ...] = ()):
+                 partition_of=None, sources: tuple[tuple[str, list[str]], ...] = (),
+                 near: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] | None = None):
         self.names = names
+        self.near = near or []       # the block's near misses, as parts: what a shared plan splits
         self._sources = sources      # per side: its stream and template names (for the records)
         self._partition_of = partition_of   # (A lo, A hi, A template, B hi) -> each pair's probing range
         self._parts = parts          # (A's rows, A's indices, B's rows, B's indices, probabilities)
@@ -131,6 +133,16 @@ class JoinMatches(Sequence[Match]):
             out += [{a: x, b: y} for x, y in zip(_events_of(rows_a, ia, a_stream, a_names),
                                                  _events_of(rows_b, ib, b_stream, b_names))]
         return out
+
+    def select(self, keep: np.ndarray) -> JoinMatches:
+        """The matches where ``keep`` (one flag per match, in order) holds, in order."""
+        parts, start = [], 0
+        for rows_a, ia, rows_b, ib, probs in self._parts:
+            mine = keep[start:start + len(probs)]
+            start += len(probs)
+            if mine.any():
+                parts.append((rows_a, ia[mine], rows_b, ib[mine], probs[mine]))
+        return JoinMatches(self.names, parts, self._key_names, self._arrivals, self._partition_of, self._sources)
 
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
@@ -235,12 +247,16 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         self.tables_ba = TemplateTables.build(b.templates, a.templates, self.threshold) \
             if self.templates_apply else None
 
-    def set_threshold(self, threshold: float) -> None:
+    def checked_threshold(self, threshold: float) -> float:
+        """``threshold`` if this join can move to it, else a clear error."""
         threshold = check_threshold(threshold)
         if threshold < self.floor:
             raise ValidationError("threshold", f"must be >= the buffer floor {self.floor!r}: events "
                                   f"that could only match below it are not kept")
-        self.threshold = threshold
+        return threshold
+
+    def set_threshold(self, threshold: float) -> None:
+        self.threshold = self.checked_threshold(threshold)
         self._threshold_tables()
 
     # --- admission ---------------------------------------------------------------------
@@ -345,6 +361,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         near: list[dict] = []
         self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
+        self._near_parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] = []
         partitions: list[dict] = []
         buffered: list[list[dict]] = [[], []]
         if self.strategy in ("lazy", "lazy_lookup"):
@@ -359,7 +376,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
         result = JoinMatches(self.names, matches, self.sides[0].key, arrivals, self._pair_partitions,
-                             tuple((side.stream, side.template_names) for side in self.sides))
+                             tuple((side.stream, side.template_names) for side in self.sides), self._near_parts)
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},

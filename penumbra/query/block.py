@@ -21,15 +21,23 @@ class _PerEvent(Exception):
     """The block's values or the condition need the per-event evaluator."""
 
 
-def block_filter(terms: list[Expr], variable: str, events: list[Mapping[str, Any]]) -> np.ndarray:
+def block_filter(terms: list[Expr], variable: str, events: list[Mapping[str, Any]],
+                 columns: dict | None = None) -> np.ndarray:
     """Which events (their attributes) satisfy every one of ``terms`` (on ``variable`` alone), exactly as
-    :func:`~penumbra.query.ast.evaluate` decides; numeric conditions run on numpy arrays."""
-    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    :func:`~penumbra.query.ast.evaluate` decides; numeric conditions run on numpy arrays.
+    ``columns``, when given, keeps the attribute columns read from ``events`` for the next
+    call over the same events (many conditions over one block read each attribute once)."""
+    columns = {} if columns is None else columns
     try:
         for term in terms:
             for attr in attrs_of(term):
                 if attr.name not in columns:
-                    columns[attr.name] = _numeric_column([e.get(attr.name) for e in events])
+                    try:
+                        columns[attr.name] = _numeric_column([e.get(attr.name) for e in events])
+                    except _PerEvent:
+                        columns[attr.name] = None
+                if columns[attr.name] is None:
+                    raise _PerEvent
         with np.errstate(all="ignore"):
             keep = np.ones(len(events), dtype=bool)
             for term in terms:

@@ -1,0 +1,212 @@
+"""Joins that differ only in one-source conditions and thresholds, run as one plan.
+
+A deployment registers dozens of joins over the same streams, key and window, each keeping
+its own slice (``A.zone % 40 = 0``, ``A.zone % 40 = 1``, ...). Run apart, every one of them
+buffers and probes each event of the side its conditions leave open. A :class:`Plan` runs
+them as one join over the events any of them keeps, at the lowest of their thresholds
+(and so the lowest floor), and gives each member its share (:meth:`Plan.split`): the pairs
+whose two events pass its conditions and reach its threshold, its near misses (down to its
+own floor) and its late events. The work is one join's, plus a pass of each member's
+conditions over the block's matches and near misses, decided on numpy columns read once.
+
+A member's matches, near misses and late events are exactly those of its own join fed
+the same events, for input whose disorder stays within the streams' max delay (the
+condition under which key groups already equal one operator; tests/unit/joins/test_shared.py).
+Its other observations (events, pairs, buffers, evictions) are the plan's.
+
+>>> from penumbra.engine import build_operator
+>>> from penumbra.events import Streams
+>>> from penumbra.query import parse
+>>> text = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 AND A.k = B.k AND A.zone = {z} WITH THRESHOLD {t}"
+>>> members = [Member(f"q{z}", build_operator(parse(text.format(z=z, t=t)), Streams())) for z, t in ((1, 0.5), (2, 0.8))]
+>>> plan_key(members[0].operator) == plan_key(members[1].operator)
+True
+>>> Plan(members).query.threshold, Plan(members).query.filters
+(0.5, {})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ValidationError
+from ..events import Event, Streams
+from ..keygroups import KeyGroup
+from ..keyed import GroupState, step
+from ..operator import BlockResult, Clock
+from ..query import JoinQuery
+from ..query.block import block_filter
+from .inspection import NEAR_MISS_BIN, NEAR_MISS_SAMPLES
+from .operator import JoinMatches, JoinOperator
+
+__all__ = ["Member", "Plan", "members_plan", "plan_key"]
+
+
+def plan_key(operator: JoinOperator) -> str:
+    """What a join is apart from its one-source conditions and threshold (its sources'
+    variables, streams and parameters, key, window, strategy and buffer floor): joins with
+    the same key run as one plan. A short, stable name (``~`` and 16 hex digits). The
+    floor is part of it so that a plan keeps one floor whoever joins or leaves it."""
+    shape = (tuple((side.var, side.stream, repr(side.params), side.key) for side in operator.sides),
+             operator.d, operator.strategy, operator.floor)
+    return "~" + hashlib.sha1(repr(shape).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Member:
+    """A join of a plan: its id, its own operator (conditions, floor and threshold as
+    written; used only to read them) and the threshold registered now (None: its own)."""
+
+    id: str
+    operator: JoinOperator
+    threshold: float | None = None
+
+
+class Plan:
+    """Members sharing one :func:`plan_key`, run as one join without their conditions."""
+
+    def __init__(self, members: Sequence[Member]):
+        if not members:
+            raise ValueError("a plan needs a member")
+        self.members = list(members)
+        first: JoinQuery = members[0].operator.query
+        self.query = dataclasses.replace(first, filters={},
+                                         threshold=min(m.operator.query.threshold for m in members))
+        # each member's threshold now, and why a registered one was refused
+        self.thresholds: dict[str, float] = {}
+        self.refused: dict[str, str] = {}
+        for member in members:
+            own = member.operator
+            try:
+                wanted = own.query.threshold if member.threshold is None else member.threshold
+                self.thresholds[member.id] = own.checked_threshold(wanted)
+            except ValidationError as error:
+                self.thresholds[member.id] = own.query.threshold
+                self.refused[member.id] = str(error)
+        self.threshold = min(self.thresholds.values())
+
+    def concerned(self, events: Sequence[Event]) -> np.ndarray:
+        """Events some member is concerned with (:meth:`JoinOperator.concerned`)."""
+        out = np.zeros(len(events), dtype=bool)
+        for member in self.members:
+            out |= member.operator.concerned(events)
+        return out
+
+    def step(self, streams: Streams, key_group: KeyGroup, state: GroupState | None, events: Sequence[Event],
+             clock: Clock, *, end: bool = False) -> tuple[dict[str, BlockResult] | None, GroupState]:
+        """:func:`~penumbra.keyed.step` of the plan's join, split among the members."""
+        result, state = step(self.query, streams, key_group, state, events, clock, threshold=self.threshold, end=end)
+        return (None if result is None else self.split(result)), state
+
+    def split(self, result: BlockResult) -> dict[str, BlockResult]:
+        """Each member's share of one block's result of the plan's join."""
+        matches = result.matches
+        probs = matches.probs if isinstance(matches, JoinMatches) else np.empty(0)
+        near = _Near.of(matches) if isinstance(matches, JoinMatches) else _Near.empty()
+        side_attrs = [None, None]
+        columns: list[dict] = [{}, {}]       # attribute columns of the matches, read once for every member
+        near_columns: list[dict] = [{}, {}]
+        out: dict[str, BlockResult] = {}
+        for member in self.members:
+            own, threshold = member.operator, self.thresholds[member.id]
+            # one floor for the plan (it is in the plan's key): what the plan keeps below the
+            # member's threshold are the member's near misses
+            keep = probs >= threshold
+            below = ~keep
+            in_near = near.probs < threshold
+            for k, side in enumerate(own.sides):
+                if side.filters:
+                    if side_attrs[k] is None:
+                        side_attrs[k] = matches._gather(2 * k, "attrs").tolist() if len(probs) else []
+                    passing = block_filter(list(side.filters), side.var, side_attrs[k], columns[k])
+                    keep &= passing
+                    below &= passing
+                    in_near &= block_filter(list(side.filters), side.var, near.attrs[k], near_columns[k])
+            mine = matches.select(keep) if isinstance(matches, JoinMatches) else []
+            share = BlockResult(mine, self._late_of(own, result.late), dict(result.observations))
+            self._observe(share, own, threshold, near, in_near, matches, below, probs)
+            if member.id in self.refused:
+                share.observations["threshold_refused"] = self.refused[member.id]
+            out[member.id] = share
+        return out
+
+    def _late_of(self, own: JoinOperator, late: list) -> list:
+        """The late and rejected events of the block that ``own`` would report: one per side
+        reading the event's stream whose conditions it passes (the plan reports one per side)."""
+        out, seen = [], {}
+        for item in late:
+            sides = [k for k, side in enumerate(own.sides) if side.stream == item.event.stream.casefold()]
+            nth = seen.get(id(item.event), 0)
+            seen[id(item.event)] = nth + 1
+            side = own.sides[sides[min(nth, len(sides) - 1)]]
+            if not side.filters or bool(block_filter(list(side.filters), side.var, [item.event.attrs])[0]):
+                out.append(item)
+        return out
+
+    def _observe(self, share: BlockResult, own: JoinOperator, threshold: float, near: _Near, in_near: np.ndarray,
+                 matches, below: np.ndarray, probs: np.ndarray) -> None:
+        """The member's own figures in place of the plan's: matches, near misses (those of the
+        plan's near misses and of its matches below the member's threshold), late counts,
+        threshold and floor."""
+        observations = share.observations
+        observations["threshold"], observations["floor"] = threshold, own.floor
+        if "counters" in observations:
+            counters = observations["counters"] = dict(observations["counters"])
+            counters["matches"] = len(share.matches)
+            counters["late"] = sum(1 for item in share.late if item.reason.startswith("late:"))
+            counters["rejected"] = len(share.late) - counters["late"]
+            counters["near_misses"] = int(in_near.sum() + below.sum())
+        if "near_miss_histogram" not in observations:
+            return
+        a, b = own.names
+        picked = np.flatnonzero(in_near)
+        samples = [{"events": {a: near.ids[0][i], b: near.ids[1][i]}, "prob": float(near.probs[i])}
+                   for i in picked[:NEAR_MISS_SAMPLES].tolist()]
+        missed = np.flatnonzero(below)
+        if len(samples) < NEAR_MISS_SAMPLES and len(missed):
+            first = missed[:NEAR_MISS_SAMPLES - len(samples)]
+            samples += [{"events": {a: matches.a_ids[i], b: matches.b_ids[i]}, "prob": float(probs[i])}
+                        for i in first.tolist()]
+        observations["near_misses"] = samples
+        found = np.concatenate([near.probs[in_near], probs[below]])
+        bins = np.bincount(np.minimum((found / NEAR_MISS_BIN + 1e-9).astype(np.int64), round(1 / NEAR_MISS_BIN) - 1),
+                           minlength=round(1 / NEAR_MISS_BIN))
+        observations["near_miss_histogram"] = {f"{k * NEAR_MISS_BIN:.2f}": int(count)
+                                               for k, count in enumerate(bins) if count}
+
+
+@dataclass
+class _Near:
+    """A block's near misses as columns: probabilities, ids and attributes of both events."""
+
+    probs: np.ndarray
+    ids: tuple[list, list]
+    attrs: tuple[list, list]
+
+    @classmethod
+    def empty(cls) -> _Near:
+        return cls(np.empty(0), ([], []), ([], []))
+
+    @classmethod
+    def of(cls, matches: JoinMatches) -> _Near:
+        parts = matches.near
+        if not parts:
+            return cls.empty()
+        probs = np.concatenate([part[4] for part in parts])
+        ids = tuple(np.concatenate([part[k].ids[part[k + 1]] for part in parts]).tolist() for k in (0, 2))
+        attrs = tuple(np.concatenate([part[k].attrs[part[k + 1]] for part in parts]).tolist() for k in (0, 2))
+        return cls(probs, ids, attrs)
+
+
+def members_plan(members: Sequence[Member]) -> dict[str, Plan]:
+    """The members grouped into plans, by :func:`plan_key`."""
+    grouped: dict[str, list[Member]] = {}
+    for member in members:
+        grouped.setdefault(plan_key(member.operator), []).append(member)
+    return {key: Plan(found) for key, found in grouped.items()}
+
