@@ -196,7 +196,9 @@ class Registry:
             entry = registry["queries"].pop(query_id, None)
             if entry is None:
                 raise RegistryError(f"no query {query_id!r}")
-            registry["deleted"][query_id] = {"at": time.time()}
+            # what the job needs to find the state the query held (its own, or its plan's)
+            registry["deleted"][query_id] = {"at": time.time(), "text": entry["text"],
+                                             **({"streams": entry["streams"]} if "streams" in entry else {})}
             return entry
 
         return self._change(change, who, "remove", query_id)

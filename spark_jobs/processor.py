@@ -1,9 +1,11 @@
-"""The stateful step: every (query, key group) of every query in one transformWithStateInPandas.
+"""The stateful step: every (unit, key group) of the job in one transformWithStateInPandas.
 
 For each key with rows in a micro-batch, Spark calls :meth:`GroupProcessor.handleInputRows`
-with the group's events and ticks. The work itself is the core's
-:func:`penumbra.keyed.step`; this module only moves its state in and out of Spark's
-state store (RocksDB) and turns its results into rows for the sink.
+with the group's events and ticks. The key is a unit's (:class:`~spark_jobs.routing.Unit`):
+a query, or the joins run as one plan. The work itself is the core's
+(:func:`penumbra.keyed.step`, or :meth:`penumbra.joins.shared.Plan.step` for a plan, whose
+result is split among its queries); this module only moves its state in and out of Spark's
+state store (RocksDB) and turns its results into rows for the sink, each under its query.
 
 Output rows: ``(qid, grp, kind, seq, data, raw)`` with kind ``m`` (a match's JSON, and
 in ``raw`` its key, probability, events' time supports and probing range:
@@ -31,6 +33,7 @@ from contract.entries import encode
 from penumbra.errors import ValidationError
 from penumbra.events import collector_paused, parse_event_lines
 from penumbra.keyed import GroupState, step
+from penumbra.joins.shared import is_plan
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
@@ -63,51 +66,72 @@ class GroupProcessor(StatefulProcessor):
         if out is not None:
             yield out
 
-    def _handle(self, query_id: str, group: int, frame: pd.DataFrame) -> pd.DataFrame | None:
+    def _handle(self, unit_id: str, group: int, frame: pd.DataFrame) -> pd.DataFrame | None:
         """The output rows of one key's rows of the batch (``None``: nothing to say)."""
-        if (query_id, group) == CONTROL:
+        if (unit_id, group) == CONTROL:
             return frame[_COLUMNS]
         kinds = frame["kind"]
         if (kinds == "d").any():
-            dropped = self.state.exists()
             self.state.clear()
-            return _frame([(query_id, group, "g", -1, encode({"dropped": True}), None)]) if dropped else None
+            # a removed query's groups are said dropped (for a join, its plan's state may live
+            # on for the others, or go under the plan's key, which is no query's)
+            return None if is_plan(unit_id) else _frame([(unit_id, group, "g", -1, encode({"dropped": True}), None)])
         registry = compiled(self.url, self.prefix, int(frame["registry"].max()), self.groups)
-        query = registry.queries.get(query_id)
-        if query is None:
+        unit = registry.units.get(unit_id)
+        if unit is None:
             return None
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
-        end = any(tick["end"] for tick in ticks)
+        ended = {query_id for tick in ticks for query_id in tick["end"]}
         state = None
         if self.state.exists():
             kind, snapshot, pending, wake = self.state.get()
             state = GroupState(kind, snapshot, json.loads(pending), json.loads(wake))
+        lead = unit.lead
+        key_group = KeyGroup(group, lead.routing.count)
         try:
             events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
             for event in events:
                 if isinstance(event, ValidationError):
                     raise event  # the router let the line through with these very streams
-            result, state = step(query.query, query.streams, KeyGroup(group, query.routing.count), state, events,
-                                 clock, threshold=query.entry.get("threshold"), end=end)
-        except Exception as error:  # noqa: BLE001 - the query is quarantined; the group keeps its state
-            return _frame([(query_id, group, "f", -1, encode({"query": query_id, "error": failure(error),
-                                                             "version": query.entry.get("version")}), None)])
+            if unit.plan is None:
+                result, state = step(lead.query, lead.streams, key_group, state, events, clock,
+                                     threshold=lead.entry.get("threshold"), end=bool(ended))
+                results = None if result is None else {lead.entry["id"]: result}
+            else:
+                results, state = unit.plan.step(lead.streams, key_group, state, events, clock, end=bool(ended))
+        except Exception as error:  # noqa: BLE001 - the queries are quarantined; the group keeps its state
+            return _frame([_failed(query, group, error) for query in unit.members])
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))
-        if result is None:
+        if results is None:
             return None
-        # a match's row carries its key and probability for the sink's alarm instances
-        out = [(query_id, group, "m", -1, encode(m.to_json()), encode([m.key, m.prob, m.times, m.partition, m.records, m.factors]))
-               for m in result.matches]
-        out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
-                                                   "reason": late.reason}), None) for late in result.late]
-        out.append((query_id, group, "o", -1, encode(result.observations), None))
-        out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot), "end": end,
-                                                     "partition": TaskContext.get().partitionId()}), None))
+        partition = TaskContext.get().partitionId()
+        out = []
+        for query in unit.members:
+            query_id = query.entry["id"]
+            result = results[query_id]
+            if isinstance(result, Exception):
+                out.append(_failed(query, group, result))
+                continue
+            # a match's row carries its key and probability for the sink's alarm instances
+            out += [(query_id, group, "m", -1, encode(m.to_json()),
+                     encode([m.key, m.prob, m.times, m.partition, m.records, m.factors])) for m in result.matches]
+            out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
+                                                       "reason": late.reason}), None) for late in result.late]
+            out.append((query_id, group, "o", -1, encode(result.observations), None))
+            out.append((query_id, group, "g", -1, encode({"snapshot_bytes": len(state.snapshot),
+                                                         "end": query_id in ended, "partition": partition}), None))
         return _frame(out)
 
     def close(self) -> None:
         pass
+
+
+def _failed(query, group: int, error: BaseException) -> tuple:
+    """The row quarantining ``query``: its run-time error on this group's block."""
+    query_id = query.entry["id"]
+    return (query_id, group, "f", -1, encode({"query": query_id, "error": failure(error),
+                                              "version": query.entry.get("version")}), None)
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:

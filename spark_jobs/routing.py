@@ -1,14 +1,19 @@
-"""From ingest entries to rows keyed by (query, key group).
+"""From ingest entries to rows keyed by (unit, key group).
+
+A unit is what the job keeps state for (:class:`Unit`): a query, or the running joins that
+differ only in one-source conditions and thresholds, run as one plan
+(:mod:`penumbra.joins.shared`) under the plan's key.
 
 Runs on executors inside the source's ``read`` (:class:`~spark_jobs.source.IngestReader`),
 over each read partition of a micro-batch as it is read, so the entries cross from the
 JVM to Python once: every event is validated by the core's parser (a bad one becomes a dead-letter row with its
 reason), and each valid one goes to every key group of every running query that reads
-its stream (:class:`~penumbra.keygroups.Routing`). At the end of the partition each
-group of each query it concerned gets a *tick*: the clock of the partition's events for
-that query (:meth:`~penumbra.operator.Operator.clock_of`) and whether the input of the
-query ended; the groups merge the ticks of all partitions into the batch's clock, so
-time reaches groups that got no rows. Removed queries' groups get a *drop*.
+its stream and is concerned with it (:class:`~penumbra.keygroups.Routing`). At the end of the
+partition each group of each unit it concerned gets a *tick*: the clock of the partition's
+events for that unit (:meth:`~penumbra.operator.Operator.clock_of`) and the queries of it
+whose input ended; the groups merge the ticks of all partitions into the batch's clock, so
+time reaches groups that got no rows. Removed queries' groups, and plans no join holds any
+more, get a *drop*.
 
 Output rows: ``(qid, grp, seq, kind, data, raw, registry, slot)`` with kind ``b`` (a block:
 the group's events of the read partition, their ordinals and JSON, packed in one row
@@ -37,13 +42,14 @@ from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
+from penumbra.joins.shared import Member, Plan, plan_key
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
 
 from .placement import slot
 
-__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "compiled", "failure", "pack", "settle_heap", "unpack"]
+__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "Unit", "compiled", "failure", "pack", "settle_heap", "unpack"]
 
 ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long, slot int"
 #: The key of rows that are not a query's: rejected entries and end marks.
@@ -61,14 +67,31 @@ class CompiledQuery:
     routing: Routing
 
 
+@dataclass
+class Unit:
+    """What the job keeps state for, under its ``id``: one query (its id), or the running
+    joins of one :func:`~penumbra.joins.shared.plan_key` as one :class:`~penumbra.joins.shared.Plan`
+    (the plan's key: its members come and go, its state stays)."""
+
+    id: str
+    members: list[CompiledQuery]
+    plan: Plan | None = None
+
+    @property
+    def lead(self) -> CompiledQuery:
+        """The member whose operator routes and clocks the unit (members agree on both)."""
+        return self.members[0]
+
+
 def failure(error: BaseException) -> str:
     """A run-time error as a quarantined query keeps it."""
     return f"{type(error).__name__}: {error}"[:ERROR_CHARS]
 
 
 class _Compiled:
-    """One registry version, compiled: its queries by id and by stream they read, and the
-    ones that could not be compiled (``broken``: id -> error), which the job quarantines."""
+    """One registry version, compiled: its queries by id, the units the job runs them in
+    (by id and by stream they read), and the queries that could not be compiled
+    (``broken``: id -> error), which the job quarantines."""
 
     def __init__(self, registry: dict, groups: int):
         self.version = registry["version"]
@@ -77,30 +100,60 @@ class _Compiled:
         self.queries: dict[str, CompiledQuery] = {}
         self.entries: dict[str, dict] = registry["queries"]
         self.broken: dict[str, str] = {}
-        self.deleted = list(registry.get("deleted", {}))
-        self.readers: dict[str, list[CompiledQuery]] = {}
+        self.units: dict[str, Unit] = {}
+        self.unit_of: dict[str, str] = {}
+        self.readers: dict[str, list[Unit]] = {}
         self.clock_keys: dict[str, Any] = {}
+        plans: dict[str, list[CompiledQuery]] = {}
+        held: set[str] = set()      # plan keys of every registered join, running or not
         for query_id, entry in registry["queries"].items():
+            try:
+                compiled_query = _compile(entry, registry["streams"], groups)
+            except Exception as error:  # noqa: BLE001 - one query's error must not stop the others
+                if not entry.get("failed"):
+                    self.broken[query_id] = failure(error)
+                continue
+            if compiled_query.query.kind == "join":
+                held.add(plan_key(compiled_query.clocker))
             if entry.get("failed"):
                 continue  # quarantined: skipped until it is changed or removed
-            try:
-                query = parse(entry["text"])
-                streams = parse_streams(entry.get("streams", registry["streams"]))
-                clocker = build_operator(query, streams)
-                routing = Routing(clocker.partition_keys(), groups)
-            except Exception as error:  # noqa: BLE001 - one query's error must not stop the others
-                self.broken[query_id] = failure(error)
-                continue
-            compiled_query = CompiledQuery(entry, query, streams, clocker, routing)
             self.queries[query_id] = compiled_query
+            if entry.get("paused"):
+                continue
+            if compiled_query.query.kind == "join":
+                plans.setdefault(plan_key(compiled_query.clocker), []).append(compiled_query)
+            else:
+                self._add(Unit(query_id, [compiled_query]), query_id)
+        for key, members in plans.items():
+            plan = Plan([Member(m.entry["id"], m.clocker, m.entry.get("threshold")) for m in members])
             # a join's clock is what its streams' events say (their largest max time as its
-            # sides admit them): joins over the same streams with the same parameters share it
-            self.clock_keys[query_id] = ("join", repr(sorted((side.stream, repr(side.params))
-                                                           for side in clocker.sides))) \
-                if query.kind == "join" else query_id
-            if not entry.get("paused"):
-                for stream in routing.roles:
-                    self.readers.setdefault(stream, []).append(compiled_query)
+            # sides admit them): plans over the same streams with the same parameters share it
+            self._add(Unit(key, members, plan), ("join", repr(sorted((side.stream, repr(side.params))
+                                                                     for side in members[0].clocker.sides))))
+        # the state to drop: removed queries' (kept by query before plans), and plans no join holds now
+        self.deleted = list(registry.get("deleted", {}))
+        for query_id, tomb in registry.get("deleted", {}).items():
+            try:
+                kind_key = plan_key(_compile(tomb, registry["streams"], groups).clocker) if "text" in tomb else None
+            except Exception:  # noqa: BLE001 - a tomb that does not compile held no plan
+                kind_key = None
+            if kind_key is not None and kind_key not in held and kind_key not in self.deleted:
+                self.deleted.append(kind_key)
+
+    def _add(self, unit: Unit, clock_key: Any) -> None:
+        self.units[unit.id] = unit
+        self.clock_keys[unit.id] = clock_key
+        for member in unit.members:
+            self.unit_of[member.entry["id"]] = unit.id
+        for stream in unit.lead.routing.roles:
+            self.readers.setdefault(stream, []).append(unit)
+
+
+def _compile(entry: dict, streams: dict, groups: int) -> CompiledQuery:
+    query = parse(entry["text"])
+    own = parse_streams(entry.get("streams", streams))
+    clocker = build_operator(query, own)
+    return CompiledQuery(entry, query, own, clocker, Routing(clocker.partition_keys(), groups))
 
 
 _cache: OrderedDict[tuple[str, str, int, int], _Compiled] = OrderedDict()
@@ -193,57 +246,65 @@ class Router:
             found[0].append(seq)
             found[1].append(data)
             found[2].append(event)
-        # each query gets the events it is concerned with (its one-source conditions decided
-        # for the whole block at once), so a selective query costs what it keeps
+        # each unit gets the events some running query of it is concerned with (their one-source
+        # conditions decided for the whole block at once), so a selective query costs what it keeps
         for stream, (seqs, datas, events) in by_stream.items():
-            # queries keyed alike send an event to the same groups: found once per event
+            # units keyed alike send an event to the same groups: found once per event
             groups_of: dict[tuple, list] = {}
-            for query in registry.readers.get(stream, ()):
-                query_id = query.entry["id"]
-                if query_id in broken:
-                    continue
+            for unit in registry.readers.get(stream, ()):
+                concerned = np.zeros(len(events), dtype=bool)
+                for query in unit.members:
+                    if query.entry["id"] not in broken:
+                        try:
+                            concerned |= query.clocker.concerned(events)
+                        except Exception as error:  # noqa: BLE001 - quarantined, the others go on
+                            broken[query.entry["id"]] = failure(error)
+                routing = unit.lead.routing
+                alike = (tuple(sorted(routing.roles.items())), routing.count)
+                known = groups_of.get(alike)
+                if known is None:
+                    known = groups_of[alike] = [None] * len(events)
                 try:
-                    concerned = query.clocker.concerned(events)
-                    alike = (tuple(sorted(query.routing.roles.items())), query.routing.count)
-                    known = groups_of.get(alike)
-                    if known is None:
-                        known = groups_of[alike] = [None] * len(events)
                     for i in np.flatnonzero(concerned).tolist():
                         groups = known[i]
                         if groups is None:
                             event = events[i]
-                            groups = known[i] = query.routing.groups(event.stream, event.attrs)
+                            groups = known[i] = routing.groups(event.stream, event.attrs)
                         for group in groups:
-                            block = blocks.get((query_id, group))
+                            block = blocks.get((unit.id, group))
                             if block is None:
-                                block = blocks[query_id, group] = ([], [])
+                                block = blocks[unit.id, group] = ([], [])
                             block[0].append(seqs[i])
                             block[1].append(datas[i])
                 except Exception as error:  # noqa: BLE001 - quarantined, the others go on
-                    broken[query_id] = failure(error)
-        # the clock of every query from all the events of its streams; one computation
-        # serves every query with the same streams and parameters (registry.clock_keys)
+                    for query in unit.members:
+                        broken.setdefault(query.entry["id"], failure(error))
+        # the clock of every unit from all the events of its streams; one computation
+        # serves every unit with the same streams and parameters (registry.clock_keys)
         clocks: dict[Any, Clock] = {}
-        for query_id, query in registry.queries.items():
-            if query_id in broken or query.entry.get("paused"):
+        for unit_id, unit in registry.units.items():
+            if all(query.entry["id"] in broken for query in unit.members):
                 continue
-            read = [by_stream[s][2] for s in query.routing.roles if s in by_stream]
+            read = [by_stream[s][2] for s in unit.lead.routing.roles if s in by_stream]
             if not read:
                 continue
-            key = registry.clock_keys[query_id]
+            key = registry.clock_keys[unit_id]
             try:
                 if key not in clocks:
-                    clocks[key] = query.clocker.clock_of([e for events in read for e in events])
+                    clocks[key] = unit.lead.clocker.clock_of([e for events in read for e in events])
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
-                broken[query_id] = failure(error)
+                for query in unit.members:
+                    broken.setdefault(query.entry["id"], failure(error))
                 continue
-            self.clocks[query_id] = merge_clocks(self.clocks.get(query_id, {}), clocks[key])
+            self.clocks[unit_id] = merge_clocks(self.clocks.get(unit_id, {}), clocks[key])
         for query_id, error in broken.items():
             _quarantine(rows, query_id, registry.entries.get(query_id), error, version)
-            self.clocks.pop(query_id, None)
-        rows += [(query_id, group, seqs[0], "b", pack(seqs, lines), None, version,
-                  _slot(query_id, group, self.partitions)) for (query_id, group), (seqs, lines) in blocks.items()
-                 if query_id not in broken]
+            unit_id = registry.unit_of.get(query_id)
+            if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
+                self.clocks.pop(unit_id, None)
+        rows += [(unit_id, group, seqs[0], "b", pack(seqs, lines), None, version,
+                  _slot(unit_id, group, self.partitions)) for (unit_id, group), (seqs, lines) in blocks.items()
+                 if any(q.entry["id"] not in broken for q in registry.units[unit_id].members)]
         return rows
 
     def close(self, version: int) -> list[tuple]:
@@ -277,20 +338,24 @@ def _slot(query_id: str, group: int, partitions: int) -> int:
 
 def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], partitions: int) -> list[tuple]:
     rows = []
-    for query_id in sorted(set(clocks) | ended):
-        query = registry.queries.get(query_id)
-        if query is None or query.entry.get("paused"):
+    ended_units: dict[str, list[str]] = {}
+    for query_id in sorted(ended):
+        if query_id in registry.unit_of:
+            ended_units.setdefault(registry.unit_of[query_id], []).append(query_id)
+    for unit_id in sorted(set(clocks) | set(ended_units)):
+        unit = registry.units.get(unit_id)
+        if unit is None:
             continue
-        data = json.dumps({"clock": clocks.get(query_id, {}), "end": query_id in ended}).encode()
-        rows += [(query_id, group, -1, "t", data, None, registry.version, _slot(query_id, group, partitions))
-                 for group in range(query.routing.count)]
-    for query_id in registry.deleted:
-        # a removed query had one group or the job's count of them: reach them all
-        rows += [(query_id, group, -1, "d", b"", None, registry.version, _slot(query_id, group, partitions))
+        data = json.dumps({"clock": clocks.get(unit_id, {}), "end": ended_units.get(unit_id, [])}).encode()
+        rows += [(unit_id, group, -1, "t", data, None, registry.version, _slot(unit_id, group, partitions))
+                 for group in range(unit.lead.routing.count)]
+    for unit_id in registry.deleted:
+        # a removed query (or plan) had one group or the job's count of them: reach them all
+        rows += [(unit_id, group, -1, "d", b"", None, registry.version, _slot(unit_id, group, partitions))
                  for group in range(registry.groups)]
     return rows
 
 
 def _end_mark(data: bytes, registry: _Compiled) -> list[str]:
-    return [q for q in read_end_mark(data) if q in registry.queries]
+    return [q for q in read_end_mark(data) if q in registry.unit_of]
 

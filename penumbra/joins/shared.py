@@ -44,7 +44,10 @@ from ..query.block import block_filter
 from .inspection import NEAR_MISS_BIN, NEAR_MISS_SAMPLES
 from .operator import JoinMatches, JoinOperator
 
-__all__ = ["Member", "Plan", "members_plan", "plan_key"]
+__all__ = ["Member", "Plan", "is_plan", "members_plan", "plan_key"]
+
+#: A plan's key begins with it; a query's id never does.
+PLAN_PREFIX = "~"
 
 
 def plan_key(operator: JoinOperator) -> str:
@@ -54,7 +57,12 @@ def plan_key(operator: JoinOperator) -> str:
     floor is part of it so that a plan keeps one floor whoever joins or leaves it."""
     shape = (tuple((side.var, side.stream, repr(side.params), side.key) for side in operator.sides),
              operator.d, operator.strategy, operator.floor)
-    return "~" + hashlib.sha1(repr(shape).encode()).hexdigest()[:16]
+    return PLAN_PREFIX + hashlib.sha1(repr(shape).encode()).hexdigest()[:16]
+
+
+def is_plan(name: str) -> bool:
+    """Whether ``name`` is a plan's key (not a query's id)."""
+    return name.startswith(PLAN_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -98,86 +106,108 @@ class Plan:
         return out
 
     def step(self, streams: Streams, key_group: KeyGroup, state: GroupState | None, events: Sequence[Event],
-             clock: Clock, *, end: bool = False) -> tuple[dict[str, BlockResult] | None, GroupState]:
+             clock: Clock, *, end: bool = False) -> tuple[dict[str, BlockResult | Exception] | None, GroupState]:
         """:func:`~penumbra.keyed.step` of the plan's join, split among the members."""
         result, state = step(self.query, streams, key_group, state, events, clock, threshold=self.threshold, end=end)
         return (None if result is None else self.split(result)), state
 
-    def split(self, result: BlockResult) -> dict[str, BlockResult]:
-        """Each member's share of one block's result of the plan's join."""
-        matches = result.matches
-        probs = matches.probs if isinstance(matches, JoinMatches) else np.empty(0)
-        near = _Near.of(matches) if isinstance(matches, JoinMatches) else _Near.empty()
-        side_attrs = [None, None]
-        columns: list[dict] = [{}, {}]       # attribute columns of the matches, read once for every member
-        near_columns: list[dict] = [{}, {}]
-        out: dict[str, BlockResult] = {}
+    def split(self, result: BlockResult) -> dict[str, BlockResult | Exception]:
+        """Each member's share of one block's result of the plan's join (the error, for a
+        member whose conditions fail on it)."""
+        block = _Block(result)
+        out: dict[str, BlockResult | Exception] = {}
         for member in self.members:
-            own, threshold = member.operator, self.thresholds[member.id]
-            # one floor for the plan (it is in the plan's key): what the plan keeps below the
-            # member's threshold are the member's near misses
-            keep = probs >= threshold
-            below = ~keep
-            in_near = near.probs < threshold
-            for k, side in enumerate(own.sides):
-                if side.filters:
-                    if side_attrs[k] is None:
-                        side_attrs[k] = matches._gather(2 * k, "attrs").tolist() if len(probs) else []
-                    passing = block_filter(list(side.filters), side.var, side_attrs[k], columns[k])
-                    keep &= passing
-                    below &= passing
-                    in_near &= block_filter(list(side.filters), side.var, near.attrs[k], near_columns[k])
-            mine = matches.select(keep) if isinstance(matches, JoinMatches) else []
-            share = BlockResult(mine, self._late_of(own, result.late), dict(result.observations))
-            self._observe(share, own, threshold, near, in_near, matches, below, probs)
-            if member.id in self.refused:
-                share.observations["threshold_refused"] = self.refused[member.id]
-            out[member.id] = share
+            try:
+                out[member.id] = self._share(member, block)
+            except Exception as error:  # noqa: BLE001 - one member's conditions must not stop the others
+                out[member.id] = error
         return out
 
-    def _late_of(self, own: JoinOperator, late: list) -> list:
-        """The late and rejected events of the block that ``own`` would report: one per side
-        reading the event's stream whose conditions it passes (the plan reports one per side)."""
-        out, seen = [], {}
-        for item in late:
-            sides = [k for k, side in enumerate(own.sides) if side.stream == item.event.stream.casefold()]
-            nth = seen.get(id(item.event), 0)
-            seen[id(item.event)] = nth + 1
-            side = own.sides[sides[min(nth, len(sides) - 1)]]
-            if not side.filters or bool(block_filter(list(side.filters), side.var, [item.event.attrs])[0]):
-                out.append(item)
-        return out
+    def _share(self, member: Member, block: _Block) -> BlockResult:
+        own, threshold = member.operator, self.thresholds[member.id]
+        # one floor for the plan (it is in the plan's key): what the plan keeps below the
+        # member's threshold are the member's near misses
+        keep = block.probs >= threshold
+        below = ~keep
+        in_near = block.near.probs < threshold
+        for k, side in enumerate(own.sides):
+            if side.filters:
+                passing, passing_near = block.passing(k, side)
+                keep &= passing
+                below &= passing
+                in_near &= passing_near
+        mine = block.matches.select(keep) if block.matches is not None else []
+        share = BlockResult(mine, _late_of(own, block.result.late), dict(block.result.observations))
+        _observe(share, own, threshold, block, in_near, below)
+        if member.id in self.refused:
+            share.observations["threshold_refused"] = self.refused[member.id]
+        return share
 
-    def _observe(self, share: BlockResult, own: JoinOperator, threshold: float, near: _Near, in_near: np.ndarray,
-                 matches, below: np.ndarray, probs: np.ndarray) -> None:
-        """The member's own figures in place of the plan's: matches, near misses (those of the
-        plan's near misses and of its matches below the member's threshold), late counts,
-        threshold and floor."""
-        observations = share.observations
-        observations["threshold"], observations["floor"] = threshold, own.floor
-        if "counters" in observations:
-            counters = observations["counters"] = dict(observations["counters"])
-            counters["matches"] = len(share.matches)
-            counters["late"] = sum(1 for item in share.late if item.reason.startswith("late:"))
-            counters["rejected"] = len(share.late) - counters["late"]
-            counters["near_misses"] = int(in_near.sum() + below.sum())
-        if "near_miss_histogram" not in observations:
-            return
-        a, b = own.names
-        picked = np.flatnonzero(in_near)
-        samples = [{"events": {a: near.ids[0][i], b: near.ids[1][i]}, "prob": float(near.probs[i])}
-                   for i in picked[:NEAR_MISS_SAMPLES].tolist()]
-        missed = np.flatnonzero(below)
-        if len(samples) < NEAR_MISS_SAMPLES and len(missed):
-            first = missed[:NEAR_MISS_SAMPLES - len(samples)]
-            samples += [{"events": {a: matches.a_ids[i], b: matches.b_ids[i]}, "prob": float(probs[i])}
-                        for i in first.tolist()]
-        observations["near_misses"] = samples
-        found = np.concatenate([near.probs[in_near], probs[below]])
-        bins = np.bincount(np.minimum((found / NEAR_MISS_BIN + 1e-9).astype(np.int64), round(1 / NEAR_MISS_BIN) - 1),
-                           minlength=round(1 / NEAR_MISS_BIN))
-        observations["near_miss_histogram"] = {f"{k * NEAR_MISS_BIN:.2f}": int(count)
-                                               for k, count in enumerate(bins) if count}
+
+def _late_of(own: JoinOperator, late: list) -> list:
+    """The late and rejected events of the block that ``own`` would report: one per side
+    reading the event's stream whose conditions it passes (the plan reports one per side)."""
+    out, seen = [], {}
+    for item in late:
+        sides = [k for k, side in enumerate(own.sides) if side.stream == item.event.stream.casefold()]
+        nth = seen.get(id(item.event), 0)
+        seen[id(item.event)] = nth + 1
+        side = own.sides[sides[min(nth, len(sides) - 1)]]
+        if not side.filters or bool(block_filter(list(side.filters), side.var, [item.event.attrs])[0]):
+            out.append(item)
+    return out
+
+
+def _observe(share: BlockResult, own: JoinOperator, threshold: float, block: _Block, in_near: np.ndarray,
+             below: np.ndarray) -> None:
+    """The member's own figures in place of the plan's: matches, near misses (those of the
+    plan's near misses and of its matches below the member's threshold), late counts,
+    threshold and floor."""
+    observations = share.observations
+    observations["threshold"], observations["floor"] = threshold, own.floor
+    if "counters" in observations:
+        counters = observations["counters"] = dict(observations["counters"])
+        counters["matches"] = len(share.matches)
+        counters["late"] = sum(1 for item in share.late if item.reason.startswith("late:"))
+        counters["rejected"] = len(share.late) - counters["late"]
+        counters["near_misses"] = int(in_near.sum() + below.sum())
+    if "near_miss_histogram" not in observations:
+        return
+    a, b = own.names
+    near, matches = block.near, block.matches
+    picked = np.flatnonzero(in_near)
+    samples = [{"events": {a: near.ids[0][i], b: near.ids[1][i]}, "prob": float(near.probs[i])}
+               for i in picked[:NEAR_MISS_SAMPLES].tolist()]
+    missed = np.flatnonzero(below)[:max(0, NEAR_MISS_SAMPLES - len(samples))]
+    samples += [{"events": {a: matches.a_ids[i], b: matches.b_ids[i]}, "prob": float(block.probs[i])}
+                for i in missed.tolist()]
+    observations["near_misses"] = samples
+    found = np.concatenate([near.probs[in_near], block.probs[below]])
+    bins = np.bincount(np.minimum((found / NEAR_MISS_BIN + 1e-9).astype(np.int64), round(1 / NEAR_MISS_BIN) - 1),
+                       minlength=round(1 / NEAR_MISS_BIN))
+    observations["near_miss_histogram"] = {f"{k * NEAR_MISS_BIN:.2f}": int(count)
+                                           for k, count in enumerate(bins) if count}
+
+
+class _Block:
+    """One block's result of the plan's join, as every member reads it: the matches'
+    probabilities, the near misses, and each side's attribute columns, read once."""
+
+    def __init__(self, result: BlockResult):
+        self.result = result
+        self.matches = result.matches if isinstance(result.matches, JoinMatches) else None
+        self.probs = self.matches.probs if self.matches is not None else np.empty(0)
+        self.near = _Near.of(self.matches) if self.matches is not None else _Near.empty()
+        self._attrs: list[list | None] = [None, None]
+        self._columns: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+
+    def passing(self, k: int, side) -> tuple[np.ndarray, np.ndarray]:
+        """Which matches and which near misses pass ``side``'s conditions (side ``k``)."""
+        if self._attrs[k] is None:
+            self._attrs[k] = self.matches._gather(2 * k, "attrs").tolist() if len(self.probs) else []
+        terms = list(side.filters)
+        return (block_filter(terms, side.var, self._attrs[k], self._columns[k]),
+                block_filter(terms, side.var, self.near.attrs[k], self._columns[2 + k]))
 
 
 @dataclass

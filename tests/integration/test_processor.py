@@ -12,7 +12,7 @@ import redis
 
 from contract import Registry
 from spark_jobs.processor import GroupProcessor
-from spark_jobs.routing import ROUTED, pack
+from spark_jobs.routing import ROUTED, compiled, pack
 
 COLUMNS = [part.split()[0] for part in ROUTED.split(", ")]
 JOIN = "SELECT * FROM pa A, pb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5"
@@ -46,10 +46,11 @@ def test_a_group_that_fails_gives_its_error_and_keeps_its_state(redis_server, ke
     kept = ("join", b"a snapshot", "{}", "{}")
     processor.state = ValueState(kept)
     block = pack([0], [b"this is no event"])  # what a bug in the router could hand over
-    tick = json.dumps({"clock": {}, "end": False}).encode()
-    frame = pd.DataFrame([("q1", 0, 0, "b", block, None, registry.version(), 0),
-                          ("q1", 0, -1, "t", tick, None, registry.version(), 0)], columns=COLUMNS)
-    out = processor._handle("q1", 0, frame)
+    tick = json.dumps({"clock": {}, "end": []}).encode()
+    unit = compiled(redis_server.url, keys.prefix, registry.version(), 1).unit_of["q1"]   # the join's plan
+    frame = pd.DataFrame([(unit, 0, 0, "b", block, None, registry.version(), 0),
+                          (unit, 0, -1, "t", tick, None, registry.version(), 0)], columns=COLUMNS)
+    out = processor._handle(unit, 0, frame)
     assert list(out["kind"]) == ["f"]
     failure = json.loads(out["data"][0])
     assert failure["query"] == "q1" and failure["version"] == entry["version"]

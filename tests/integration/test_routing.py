@@ -12,7 +12,7 @@ import redis
 
 from contract import Keys, Registry
 from penumbra.keygroups import key_hash
-from spark_jobs.routing import CONTROL, Router, unpack
+from spark_jobs.routing import CONTROL, Router, compiled, unpack
 
 STREAMS = {"ra": {"max_delay": 5, "pi": 10}, "rb": {"max_delay": 5, "pi": 10}}
 JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"
@@ -66,15 +66,16 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, regis
     for line in good:
         expected.setdefault(key_hash((json.loads(line)["attrs"]["k"],)) % groups, []).append(line)
     blocks = by_kind["b"]
-    assert {row[0] for row in blocks} == {"j"}, "a paused query gets no events"
+    # "p" is "j" paused: the two are one plan, which runs for "j" alone
+    unit = compiled(redis_server.url, keys.prefix, version, groups).unit_of["j"]
+    assert unit.startswith("~") and {row[0] for row in blocks} == {unit}
     got = {group: unpack([row[4] for row in blocks if row[1] == group]) for group in {row[1] for row in blocks}}
     assert got == expected
     assert all(row[2] == pickle.loads(row[4])[0][0] for row in blocks), "a block's seq is its first ordinal"
     # ticks: every group of the running query, with the largest max time and the end mark
-    ticks = {row[1]: json.loads(row[4]) for row in by_kind["t"] if row[0] == "j"}
-    assert sorted(ticks) == list(range(groups))
-    assert all(t == {"clock": {"watermark": 21.0}, "end": True} for t in ticks.values())
-    assert not [row for row in by_kind["t"] if row[0] == "p"]
+    ticks = {row[1]: json.loads(row[4]) for row in by_kind["t"]}
+    assert {row[0] for row in by_kind["t"]} == {unit} and sorted(ticks) == list(range(groups))
+    assert all(t == {"clock": {"watermark": 21.0}, "end": ["j"]} for t in ticks.values())
 
 
 def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
@@ -106,25 +107,46 @@ def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server, regi
                 assert row_slot == (slot(query_id, group, partitions) if placed else 0), row[:4]
 
 
-def test_a_selective_query_gets_only_the_events_it_is_concerned_with_and_the_time_of_all(redis_server, registry):
-    """Forty joins each keeping one value of A.z in 40 (and the plain join ``j``): each gets
-    the A events its filter keeps and every B event, and the clock of every event of its
-    streams, computed once for all the joins over the same streams."""
+def test_selective_joins_run_as_one_plan_that_gets_what_some_of_them_keep(redis_server, registry):
+    """Ten joins keeping one value of A.z in 40 each: one plan, which gets once each A event
+    one of them keeps and every B event, and the clock of every event of its streams. (The
+    unfiltered ``j`` is paused: running, it would be in the plan, which would get everything.)"""
     keys = registry.keys
-    for r in range(40):
+    registry.update("j", paused=True)
+    for r in range(10):
         registry.register(JOIN.replace("WITH", f"AND A.z % 40 = {r} WITH"), query_id=f"s{r}")
+    registry.register(JOIN.replace("= 3", "= 4"), query_id="other")     # another window: another plan
     version = registry.version()
     lines = [json.dumps({"stream": "ra", "id": f"a{n}", "ts": {"lo": n, "hi": n + 1.0}, "attrs": {"k": 1, "z": n}}).encode()
              for n in range(80)]
     lines += [event("rb", n, 1, 5.0 + n) for n in range(10)]
     router = Router(redis_server.url, keys.prefix, 1)
     rows = router.route(version, [(i, f"{i}-0", "e", line) for i, line in enumerate(lines)]) + router.close(version)
+    units = compiled(redis_server.url, keys.prefix, version, 1).unit_of
+    plan = units["s0"]
+    assert {units[f"s{r}"] for r in range(10)} == {plan} and units["other"] != plan and "j" not in units
     got: dict[str, list[str]] = {}
     for row in rows:
         if row[3] == "b":
             got.setdefault(row[0], []).extend(json.loads(line)["id"] for line in unpack([row[4]]))
-    for r in range(40):
-        assert got[f"s{r}"] == [f"a{n}" for n in (r, r + 40)] + [f"rb{n}" for n in range(10)], r
-    assert len(got["j"]) == 90
+    assert got[plan] == [f"a{n}" for n in range(80) if n % 40 < 10] + [f"rb{n}" for n in range(10)]
+    assert len(got[units["other"]]) == 90
     ticks = {row[0]: json.loads(row[4])["clock"] for row in rows if row[3] == "t"}
-    assert {q: c["watermark"] for q, c in ticks.items()} == {q: 80.0 for q in ["j", *(f"s{r}" for r in range(40))]}
+    assert ticks == {plan: {"watermark": 80.0}, units["other"]: {"watermark": 80.0}}
+
+
+def test_a_plan_is_dropped_when_no_join_holds_it_any_more(redis_server, registry):
+    keys = registry.keys
+    registry.register(JOIN.replace("WITH", "AND A.z = 1 WITH"), query_id="one")
+    plan = compiled(redis_server.url, keys.prefix, registry.version(), 1).unit_of["j"]
+
+    def drops() -> set[str]:
+        version = registry.version()
+        return {row[0] for row in Router(redis_server.url, keys.prefix, 1).close(version) if row[3] == "d"}
+
+    registry.remove("one")
+    assert drops() == {"one"}, "the plan still runs for j"
+    registry.update("j", paused=True)
+    assert drops() == {"one"}, "a paused join keeps its plan's state"
+    registry.remove("j")
+    assert drops() == {"one", "j", plan}
