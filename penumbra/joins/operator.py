@@ -134,15 +134,17 @@ class JoinMatches(Sequence[Match]):
                                                  _events_of(rows_b, ib, b_stream, b_names))]
         return out
 
-    def select(self, keep: np.ndarray) -> JoinMatches:
-        """The matches where ``keep`` (one flag per match, in order) holds, in order."""
+    def select(self, keep: np.ndarray, partition_of=None) -> JoinMatches:
+        """The matches where ``keep`` (one flag per match, in order) holds, in order; their
+        probing ranges by ``partition_of`` when given (another threshold's tables)."""
         parts, start = [], 0
         for rows_a, ia, rows_b, ib, probs in self._parts:
             mine = keep[start:start + len(probs)]
             start += len(probs)
             if mine.any():
                 parts.append((rows_a, ia[mine], rows_b, ib[mine], probs[mine]))
-        return JoinMatches(self.names, parts, self._key_names, self._arrivals, self._partition_of, self._sources)
+        return JoinMatches(self.names, parts, self._key_names, self._arrivals, partition_of or self._partition_of,
+                           self._sources)
 
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:

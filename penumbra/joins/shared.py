@@ -12,7 +12,8 @@ conditions over the block's matches and near misses, decided on numpy columns re
 A member's matches, near misses and late events are exactly those of its own join fed
 the same events, for input whose disorder stays within the streams' max delay (the
 condition under which key groups already equal one operator; tests/unit/joins/test_shared.py).
-Its other observations (events, pairs, buffers, evictions) are the plan's.
+Its other observations (events, pairs, buffers, evictions, samples of newly buffered events)
+are the plan's; the plan's samples of probing ranges go to the members at its threshold.
 
 >>> from penumbra.engine import build_operator
 >>> from penumbra.events import Streams
@@ -97,6 +98,14 @@ class Plan:
                 self.thresholds[member.id] = own.query.threshold
                 self.refused[member.id] = str(error)
         self.threshold = min(self.thresholds.values())
+        # a match's probing range (Theorem 3) is read at its join's threshold: a member at
+        # another threshold than the plan's has tables of its own for it
+        self._partition_of = {}
+        for member in members:
+            if self.thresholds[member.id] != self.threshold:
+                own = JoinOperator(member.operator.query, member.operator.streams)
+                own.set_threshold(self.thresholds[member.id])
+                self._partition_of[member.id] = own._pair_partitions
 
     def concerned(self, events: Sequence[Event]) -> np.ndarray:
         """Events some member is concerned with (:meth:`JoinOperator.concerned`)."""
@@ -136,9 +145,11 @@ class Plan:
                 keep &= passing
                 below &= passing
                 in_near &= passing_near
-        mine = block.matches.select(keep) if block.matches is not None else []
+        mine = block.matches.select(keep, self._partition_of.get(member.id)) if block.matches is not None else []
         share = BlockResult(mine, _late_of(own, block.result.late), dict(block.result.observations))
         _observe(share, own, threshold, block, in_near, below)
+        if member.id in self._partition_of and "partitions" in share.observations:
+            share.observations["partitions"] = []    # samples at the plan's threshold, not the member's
         if member.id in self.refused:
             share.observations["threshold_refused"] = self.refused[member.id]
         return share

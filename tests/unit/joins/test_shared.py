@@ -58,7 +58,7 @@ def run_plan(plan: Plan, streams, events, block: int, everything: bool):
             for m in share.matches:
                 pair = tuple(m.events.values())
                 assert pair not in found[member_id], f"{pair} emitted twice"
-                found[member_id][pair] = m.prob
+                found[member_id][pair] = (m.prob, m.partition)
             late[member_id] += [(item.event.id, item.reason) for item in share.late]
             for name, count in share.observations.get("near_miss_histogram", {}).items():
                 near[member_id][name] = near[member_id].get(name, 0) + count
@@ -75,7 +75,7 @@ def run_alone(member: Member, streams, events, block: int):
     found, late, near = {}, [], {}
     for start in range(0, len(events), block):
         result = op.feed(events[start:start + block])
-        found.update({tuple(m.events.values()): m.prob for m in result.matches})
+        found.update({tuple(m.events.values()): (m.prob, m.partition) for m in result.matches})
         late += [(item.event.id, item.reason) for item in result.late]
         for name, count in result.observations.get("near_miss_histogram", {}).items():
             near[name] = near.get(name, 0) + count
@@ -128,8 +128,9 @@ def test_each_member_gets_what_its_own_join_finds(kind, d, keyed, self_join, str
     for member, predicate, threshold in members:
         alone_found, alone_late, alone_near = run_alone(member, streams, events, block)
         assert found[member.id].keys() == alone_found.keys(), member.operator.query
-        for pair, p in alone_found.items():
-            assert found[member.id][pair] == pytest.approx(p, abs=1e-12)
+        for pair, (p, partition) in alone_found.items():
+            assert found[member.id][pair][0] == pytest.approx(p, abs=1e-12)
+            assert found[member.id][pair][1] == partition, "the probing range at the member's own threshold"
         assert sorted(late[member.id]) == sorted(alone_late)
         assert near[member.id] == alone_near
         if not self_join:   # (late events of a self-join: its own join is the reference)
@@ -151,7 +152,7 @@ def test_fed_only_what_members_keep_the_matches_are_the_same(kind, d, keyed, sel
         assert set(found[member.id]) - ambiguous == set(expected) - ambiguous
         for pair, p in expected.items():
             if pair in found[member.id]:
-                assert found[member.id][pair] == pytest.approx(p, abs=1e-9)
+                assert found[member.id][pair][0] == pytest.approx(p, abs=1e-9)
     assert not any(late.values())
 
 
