@@ -17,9 +17,17 @@ def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
     assert found is not None, "no JVM in the job's process group"
     jvm, argv = found
     assert QUICK_JIT.encode() in argv
-    threads = [(task / "comm").read_text().strip() for task in Path(f"/proc/{jvm}/task").iterdir()]
+    threads = [name for name in map(_thread_name, Path(f"/proc/{jvm}/task").iterdir()) if name is not None]
     assert any(name.startswith("C1 CompilerThre") for name in threads), threads
     assert not any(name.startswith("C2 CompilerThre") for name in threads), threads
+
+
+def _thread_name(task: Path) -> str | None:
+    """A thread's name, or None when it ended while the threads were being read."""
+    try:
+        return (task / "comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def _group(pid: int) -> int | None:
