@@ -37,7 +37,7 @@ from penumbra.joins.shared import is_plan
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
-from .routing import CONTROL, compiled, failure, settle_heap, unpack
+from .routing import CONTROL, compiled, failure, settle_heap, unpack, unpack_columns
 
 __all__ = ["GroupProcessor", "OUTPUT"]
 
@@ -90,16 +90,17 @@ class GroupProcessor(StatefulProcessor):
         lead = unit.lead
         key_group = KeyGroup(group, lead.routing.count)
         try:
-            events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
-            for event in events:
-                if isinstance(event, ValidationError):
-                    raise event  # the router let the line through with these very streams
             if unit.plan is None:
+                events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
+                for event in events:
+                    if isinstance(event, ValidationError):
+                        raise event  # the router let the line through with these very streams
                 result, state = step(lead.query, lead.streams, key_group, state, events, clock,
                                      threshold=lead.entry.get("threshold"), end=bool(ended))
                 results = None if result is None else {lead.entry["id"]: result}
             else:
-                results, state = unit.plan.step(lead.streams, key_group, state, events, clock, end=bool(ended))
+                columns = unpack_columns(frame.loc[kinds == "b", "data"])
+                results, state = unit.plan.step(lead.streams, key_group, state, columns, clock, end=bool(ended))
         except Exception as error:  # noqa: BLE001 - the queries are quarantined; the group keeps its state
             return _frame([_failed(query, group, error) for query in unit.members])
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))

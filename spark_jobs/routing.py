@@ -16,9 +16,10 @@ time reaches groups that got no rows. Removed queries' groups, and plans no join
 more, get a *drop*.
 
 Output rows: ``(qid, grp, seq, kind, data, raw, registry, slot)`` with kind ``b`` (a block:
-the group's events of the read partition, their ordinals and JSON, packed in one row
-so the shuffle moves a few rows per group, not one per event; ``seq`` is the first
-ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
+the group's events of the read partition and their ordinals, packed in one row so the
+shuffle moves a few rows per group, not one per event: a join plan's as columns, built
+from the events parsed here, so the stateful step never parses them again; another
+query's as JSON lines; ``seq`` is the first ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
 ``("", 0)``: ``r`` (a rejected entry: reason in data, the entry itself in raw) and ``x``
 (an end-of-input mark reached). ``slot`` places the group on its shuffle partition
 (:mod:`spark_jobs.placement`; 0 on the control key and when the job does not place).
@@ -42,6 +43,7 @@ from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
+from penumbra.events.columns import EventColumns
 from penumbra.joins.shared import Member, Plan, plan_key
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
@@ -49,7 +51,8 @@ from penumbra.query import parse
 
 from .placement import slot
 
-__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "Unit", "compiled", "failure", "pack", "settle_heap", "unpack"]
+__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "Unit", "compiled", "failure", "pack", "pack_columns",
+           "settle_heap", "unpack", "unpack_columns"]
 
 ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long, slot int"
 #: The key of rows that are not a query's: rejected entries and end marks.
@@ -273,9 +276,10 @@ class Router:
                         for group in groups:
                             block = blocks.get((unit.id, group))
                             if block is None:
-                                block = blocks[unit.id, group] = ([], [])
+                                block = blocks[unit.id, group] = ([], [], [])
                             block[0].append(seqs[i])
                             block[1].append(datas[i])
+                            block[2].append(events[i])
                 except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                     for query in unit.members:
                         broken.setdefault(query.entry["id"], failure(error))
@@ -302,9 +306,14 @@ class Router:
             unit_id = registry.unit_of.get(query_id)
             if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
                 self.clocks.pop(unit_id, None)
-        rows += [(unit_id, group, seqs[0], "b", pack(seqs, lines), None, version,
-                  _slot(unit_id, group, self.partitions)) for (unit_id, group), (seqs, lines) in blocks.items()
-                 if any(q.entry["id"] not in broken for q in registry.units[unit_id].members)]
+        for (unit_id, group), (seqs, lines, events) in blocks.items():
+            unit = registry.units[unit_id]
+            if all(q.entry["id"] in broken for q in unit.members):
+                continue
+            # a join plan takes its events as columns, built here where they are parsed; other
+            # queries take the JSON lines
+            data = pack_columns(seqs, events) if unit.plan is not None else pack(seqs, lines)
+            rows.append((unit_id, group, seqs[0], "b", data, None, version, _slot(unit_id, group, self.partitions)))
         return rows
 
     def close(self, version: int) -> list[tuple]:
@@ -317,6 +326,26 @@ class Router:
 def pack(seqs: list[int], lines: list[bytes]) -> bytes:
     """A group's events of one read partition as one value: their ordinals and JSON lines."""
     return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def pack_columns(seqs: list[int], events: list) -> bytes:
+    """A group's events of one read partition as one value: their ordinals and columns
+    (:class:`~penumbra.events.columns.EventColumns`)."""
+    return pickle.dumps((seqs, EventColumns.from_events(events).to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_columns(blocks) -> EventColumns:
+    """The columns of blocks packed by :func:`pack_columns`, in the order of their ordinals."""
+    seqs: list[int] = []
+    parts = []
+    for block in blocks:
+        more_seqs, data = pickle.loads(block)
+        seqs += more_seqs
+        parts.append(EventColumns.from_bytes(data))
+    columns = EventColumns.concat(parts)
+    if any(later < earlier for earlier, later in zip(seqs, seqs[1:])):
+        columns = columns.take(np.argsort(np.asarray(seqs), kind="stable"))
+    return columns
 
 
 def unpack(blocks) -> list[bytes]:

@@ -25,9 +25,9 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event, StreamParams, Streams, parse_streams
+from ..events.columns import EventColumns
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..query import JoinQuery
-from ..query.ast import evaluate
 from ..query.block import block_filter
 from ..timestamps import Histogram
 from .inspection import (
@@ -58,7 +58,7 @@ class JoinMatches(Sequence[Match]):
     arrived in it, and both events of a pair share the key."""
 
     def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
-                 key_names: tuple[str, ...] = (), arrivals: dict[tuple, tuple[list, list, list]] | None = None,
+                 key_names: tuple[str, ...] = (), arrivals: _Arrived | None = None,
                  partition_of=None, sources: tuple[tuple[str, list[str]], ...] = (),
                  near: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] | None = None):
         self.names = names
@@ -95,13 +95,7 @@ class JoinMatches(Sequence[Match]):
     @cached_property
     def _arrived(self) -> tuple[dict, dict]:
         """Per side, the id of each event that arrived in the block -> its key's values."""
-        found: tuple[dict, dict] = ({}, {})
-        for key, (new_a, new_b, _) in (self._arrivals or {}).items():
-            values = tuple(value for _, value in key)
-            for side, new in zip(found, (new_a, new_b)):
-                for item in new:
-                    side[item[2]] = values
-        return found
+        return self._arrivals.values_by_id() if self._arrivals is not None else ({}, {})
 
     @cached_property
     def keys(self) -> list[dict[str, Any] | None]:
@@ -170,6 +164,57 @@ def _events_of(rows: Rows, index: np.ndarray, stream: str, template_names: list[
     distinct, back = np.unique(index, return_inverse=True)
     made = [row_event(rows, i, stream, template_names) for i in distinct.tolist()]
     return [made[k] for k in back.tolist()]
+
+
+class _Arrived:
+    """A block's arrived events with their keys (``keys``: each distinct key once, in order
+    of first arrival): the new rows of each side grouped by key in that order (``new``),
+    their key codes, and each key's arrival sequence (for the per-key strategies)."""
+
+    def __init__(self, operator: JoinOperator, columns: EventColumns, entries: np.ndarray, order: np.ndarray,
+                 rank: np.ndarray, keys: list[tuple], templates: list[np.ndarray]):
+        self.keys = keys
+        self._codes: np.ndarray | None = None
+        arrival = order[rank[order] >= 0]                # the kept (event, side) entries, in arrival order
+        self._arrival = (entries[1, arrival], rank[arrival])
+        offsets = (0, len(templates[0]))
+        self.new: list[Rows] = []
+        self.ranks: list[np.ndarray] = []
+        hi, lo, block = columns.block.hi, columns.block.lo, columns.block
+        for k in (0, 1):
+            mine = arrival[entries[1, arrival] == k]
+            mine = mine[np.argsort(rank[mine], kind="stable")]
+            events = entries[0, mine]
+            self.new.append(Rows(hi[events], lo[events], block.take(events), templates[k][mine - offsets[k]],
+                                 columns.ids[events], columns.attrs[events]) if len(events) else Rows.empty())
+            self.ranks.append(rank[mine])
+
+    def codes(self, held: Held) -> np.ndarray:
+        """The held key code of each key (given once, then kept)."""
+        if self._codes is None:
+            self._codes = np.fromiter((held.code(key) for key in self.keys), dtype=np.int64, count=len(self.keys))
+        return self._codes
+
+    def new_kid(self, held: Held) -> list[np.ndarray]:
+        codes = self.codes(held)
+        return [codes[ranks] for ranks in self.ranks]
+
+    def per_key(self) -> list[tuple[list[Rows], list[tuple[int, int]]]]:
+        """For each key in order: its new rows of A and of B, and (side, row) in arrival order."""
+        cuts = [np.searchsorted(ranks, np.arange(len(self.keys) + 1)) for ranks in self.ranks]
+        out = [([self.new[k].take(slice(cuts[k][r], cuts[k][r + 1])) for k in (0, 1)], [])
+               for r in range(len(self.keys))]
+        seen = np.zeros((len(self.keys), 2), dtype=np.int64)
+        for k, r in zip(*(part.tolist() for part in self._arrival)):
+            out[r][1].append((k, int(seen[r, k])))
+            seen[r, k] += 1
+        return out
+
+    def values_by_id(self) -> tuple[dict, dict]:
+        """Per side, the id of each arrived event -> its key's values."""
+        values = [tuple(v for _, v in key) for key in self.keys]
+        return tuple({event_id: values[r] for event_id, r in zip(self.new[k].ids.tolist(), self.ranks[k].tolist())}
+                     for k in (0, 1))
 
 
 @dataclass
@@ -282,17 +327,6 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             return f"ts: {problem}"
         return histogram, -1
 
-    def _key(self, side: _Side, event: Event) -> tuple | None:
-        """The values of ``event``'s key attributes on ``side`` (``()`` for a join without
-        equalities), or None when one is missing."""
-        if len(side.key) == 1:
-            value = event.attrs.get(side.key[0])
-            return None if value is None else (value,)
-        values = tuple([event.attrs.get(name) for name in side.key])
-        if any(v is None for v in values):
-            return None
-        return values
-
     def _reading(self, stream: str, known: dict[str, list[int]]) -> list[int]:
         """The sides (0 for A, 1 for B) that read events of ``stream`` as spelled in them;
         ``known`` keeps the answer for the rest of a block."""
@@ -304,72 +338,25 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
 
     # --- feeding -------------------------------------------------------------------------
 
-    def feed(self, events: Sequence[Event]) -> BlockResult:
+    def feed(self, events: Sequence[Event] | EventColumns) -> BlockResult:
+        """One block: events (or their columns, :class:`~penumbra.events.columns.EventColumns`)
+        in arrival order, each admitted, late or rejected for each side that reads its
+        stream, the admitted ones joined with their key's partners."""
+        columns = events if isinstance(events, EventColumns) else EventColumns.from_events(events)
         before = dict(self.totals)
-        late: list[Late] = []
-        # per key: the new rows of A and of B, and (side, row) in arrival order
-        arrivals: dict[tuple, tuple[list, list, list]] = {}
-        # per block: the sides each stream name feeds, and the keys of other key groups
-        reading: dict[str, list[int]] = {}
-        foreign: set[tuple] = set()
-        for event in events:
-            self.totals["events"] += 1
-            sides = self._reading(event.stream, reading)
-            if not sides:
-                self.totals["ignored"] += 1
-                continue
-            for k in sides:
-                side = self.sides[k]
-                if side.filters and not all(evaluate(f, {side.var: event.attrs}) is True for f in side.filters):
-                    # not this side's event (never late or rejected for it); time still moves with it
-                    self.totals["filtered"] += 1
-                    admitted = self._admit(side, event)
-                    if not isinstance(admitted, str) and admitted[0].hi > self.watermark:
-                        self.watermark = admitted[0].hi
-                    continue
-                admitted = self._admit(side, event)
-                if isinstance(admitted, str):
-                    self.totals["rejected"] += 1
-                    late.append(Late(event, admitted))
-                    continue
-                histogram, template = admitted
-                hi = histogram.hi
-                if hi + side.params.max_delay < self.watermark:
-                    self.totals["late"] += 1
-                    late.append(Late(event, f"late: max time {hi!r} + max delay "
-                                     f"{side.params.max_delay!r} is before the watermark {self.watermark!r}"))
-                    continue
-                if hi > self.watermark:
-                    self.watermark = hi
-                values = self._key(side, event)
-                if values is None:
-                    self.totals["unkeyed"] += 1
-                    continue
-                # 1 and 1.0 are the same key; True is not 1.
-                key = tuple([(type(v) is bool, v) for v in values])
-                arrived = arrivals.get(key)
-                if arrived is None:
-                    # whether the key group owns a key is decided once per key and block
-                    if key in foreign or self.key_group is not None and not self.key_group.owns(values):
-                        foreign.add(key)
-                        self.totals["other_group"] += 1
-                        continue
-                    arrived = arrivals[key] = ([], [], [])
-                new_a, new_b, sequence = arrived
-                mine = new_a if k == 0 else new_b
-                sequence.append((k, len(mine)))
-                mine.append((histogram, template, event.id, dict(event.attrs)))
-
+        arrived, late = self._arrive(columns)
         matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         near: list[dict] = []
         self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
         self._near_parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] = []
         partitions: list[dict] = []
         buffered: list[list[dict]] = [[], []]
-        if self.strategy in ("lazy", "lazy_lookup"):
-            blocks = [self._join_keys(arrivals, matches, near)] if arrivals else []
+        if not arrived.keys:
+            blocks = []
+        elif self.strategy in ("lazy", "lazy_lookup"):
+            blocks = [self._join_keys(arrived.codes(self.held), arrived.new, arrived.new_kid(self.held), matches, near)]
         else:
-            blocks = self._join_per_key(arrivals, matches, near) if arrivals else []
+            blocks = self._join_per_key(arrived.codes(self.held), arrived.per_key(), matches, near)
         for rows in blocks:
             if len(partitions) < PARTITION_SAMPLES:
                 partitions.extend(self._partition_sample(rows, PARTITION_SAMPLES - len(partitions)))
@@ -377,7 +364,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
-        result = JoinMatches(self.names, matches, self.sides[0].key, arrivals, self._pair_partitions,
+        result = JoinMatches(self.names, matches, self.sides[0].key, arrived, self._pair_partitions,
                              tuple((side.stream, side.template_names) for side in self.sides), self._near_parts)
         self.totals["matches"] += len(result)
         observations = {
@@ -395,6 +382,124 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             "floor": self.floor,
         }
         return BlockResult(result, late, observations)
+
+    def _arrive(self, columns: EventColumns) -> tuple[_Arrived, list[Late]]:
+        """The block's events, side by side, as the join takes them (see the module
+        docstring): filtered, rejected, late, unkeyed, of another key group, or arrived
+        with their key. The watermark each event meets is the largest max time of the
+        events before it that some side admits or filters out (rejected events do not move
+        it; late ones cannot), so it is one running maximum over the block."""
+        n = len(columns)
+        self.totals["events"] += n
+        folded, hi = columns.folded, columns.block.hi
+        reads = [np.flatnonzero(folded == side.stream) if n else np.empty(0, dtype=np.int64) for side in self.sides]
+        read = np.zeros(n, dtype=bool)
+        moves = np.zeros(n, dtype=bool)
+        judged = []
+        for k, side in enumerate(self.sides):
+            mine = reads[k]
+            read[mine] = True
+            passing = block_filter(list(side.filters), side.var, columns.attrs[mine].tolist()) \
+                if side.filters and len(mine) else np.ones(len(mine), dtype=bool)
+            template, reasons = self._admit_columns(side, columns, mine)
+            moves[mine[template > -2]] = True       # admitted or only filtered out: time moves with it
+            self.totals["filtered"] += int(len(mine) - passing.sum())
+            judged.append((mine[passing], template[passing], [r for r, p in zip(reasons, passing.tolist()) if p]))
+        self.totals["ignored"] += int(n - read.sum())
+        if n:
+            running = np.maximum.accumulate(np.where(moves, hi, -math.inf))
+            met = np.maximum(self.watermark, np.concatenate(([-math.inf], running[:-1])))
+            self.watermark = max(self.watermark, float(running[-1]))
+        else:
+            met = hi
+        late: list[tuple[int, int, str]] = []
+        arrivals: list[tuple[np.ndarray, np.ndarray]] = []
+        for k, (mine, template, reasons) in enumerate(judged):
+            side = self.sides[k]
+            rejected = template == -2
+            for j in np.flatnonzero(rejected).tolist():
+                late.append((int(mine[j]), k, reasons[j]))
+            behind = ~rejected & (hi[mine] + side.params.max_delay < met[mine])
+            for i in mine[behind].tolist():
+                late.append((i, k, f"late: max time {float(hi[i])!r} + max delay {side.params.max_delay!r} "
+                                   f"is before the watermark {float(met[i])!r}"))
+            self.totals["rejected"] += int(rejected.sum())
+            self.totals["late"] += int(behind.sum())
+            keep = ~rejected & ~behind
+            arrivals.append((mine[keep], template[keep]))
+        late.sort(key=lambda item: (item[0], item[1]))
+        return self._keyed(columns, arrivals), [Late(columns.event(i), reason) for i, _, reason in late]
+
+    def _admit_columns(self, side: _Side, columns: EventColumns, mine: np.ndarray) -> tuple[np.ndarray, list]:
+        """:meth:`_admit` for the events ``mine`` of the block: each one's template index
+        (-1 for an explicit timestamp, -2 when it cannot be joined) and the reason where it
+        cannot (else None)."""
+        index = side.template_index
+        names = columns.templates[mine].tolist()
+        template = np.fromiter((-1 if name is None else index.get(name, -2) for name in names), dtype=np.int64,
+                               count=len(names))
+        reasons: list[str | None] = [None] * len(names)
+        params = side.params
+        for j in np.flatnonzero(template < 0).tolist():
+            i, name = int(mine[j]), names[j]
+            if name is not None:
+                reasons[j] = f"ts.template: unknown template {name!r} for stream {params.name!r}"
+            elif params.template_only:
+                reasons[j] = (f"ts: stream {params.name!r} declares templates and no pi, so a join reads "
+                              f"only template timestamps from it")
+            elif columns.problems[i] is not None:
+                reasons[j] = columns.problems[i]
+            else:
+                problem = params.too_wide(float(columns.block.hi[i] - columns.block.lo[i]))
+                if problem is None:
+                    continue
+                reasons[j] = f"ts: {problem}"
+            template[j] = -2
+        return template, reasons
+
+    def _keyed(self, columns: EventColumns, arrivals: list[tuple[np.ndarray, np.ndarray]]) -> _Arrived:
+        """The arrived events with their keys, in arrival order (by event, then side), those
+        without a key and those of other key groups counted and left."""
+        ids = [np.concatenate([mine, np.full(len(mine), k)]).reshape(2, -1) for k, (mine, _) in enumerate(arrivals)]
+        entries = np.concatenate(ids, axis=1)            # (event, side) of every arrival
+        order = np.lexsort((entries[1], entries[0]))
+        rank = np.full(entries.shape[1], -1, dtype=np.int64)
+        ranks: dict[tuple, int] = {}
+        keys: list[tuple] = []
+        foreign: set[tuple] = set()
+        attrs = columns.attrs
+        names = [side.key for side in self.sides]
+        unkeyed = other = 0
+        owns = self.key_group.owns if self.key_group is not None else None
+        for j, i, k in zip(order.tolist(), entries[0, order].tolist(), entries[1, order].tolist()):
+            key_names = names[k]
+            values = attrs[i]
+            if len(key_names) == 1:
+                value = values.get(key_names[0])
+                if value is None:
+                    unkeyed += 1
+                    continue
+                key = ((type(value) is bool, value),)
+            else:
+                found = tuple([values.get(name) for name in key_names])
+                if any(v is None for v in found):
+                    unkeyed += 1
+                    continue
+                # 1 and 1.0 are the same key; True is not 1.
+                key = tuple([(type(v) is bool, v) for v in found])
+            known = ranks.get(key)
+            if known is None:
+                # whether the key group owns a key is decided once per key and block
+                if key in foreign or owns is not None and not owns(tuple(v for _, v in key)):
+                    foreign.add(key)
+                    other += 1
+                    continue
+                known = ranks[key] = len(keys)
+                keys.append(key)
+            rank[j] = known
+        self.totals["unkeyed"] += unkeyed
+        self.totals["other_group"] += other
+        return _Arrived(self, columns, entries, order, rank, keys, [template for _, template in arrivals])
 
     # --- eviction ------------------------------------------------------------------------
 

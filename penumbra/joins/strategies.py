@@ -41,21 +41,15 @@ class _Pairs:
 class Strategies:
     """Algorithms 1-5: a block's events against their partners, pairs decided and emitted."""
 
-    def _join_keys(self, arrivals: dict[tuple, tuple[list, list, list]], matches, near) -> list[Rows]:
+    def _join_keys(self, codes: np.ndarray, new: list[Rows], new_kid: list[np.ndarray], matches, near) -> list[Rows]:
         """Algorithm 5 for every key of the block at once: new A against all of B (old and
         new), new B against old A, each event only against partners of its own key.
 
-        The held rows of the block's keys are taken out sorted by (key, max time), so a
-        key's partners are one contiguous slice and one binary search serves every key;
-        they go back with the new rows at the end. Returns the new rows of A and of B."""
-        codes = np.fromiter((self.held.code(key) for key in arrivals), dtype=np.int64, count=len(arrivals))
+        ``codes`` are the block's keys, ``new`` each side's arrived rows and ``new_kid``
+        their keys' codes. The held rows of the block's keys are taken out sorted by (key,
+        max time), so a key's partners are one contiguous slice and one binary search serves
+        every key; they go back with the new rows at the end. Returns the new rows of A and of B."""
         old, old_kid = self.held.take_keys(codes)
-        new: list[Rows] = []
-        new_kid: list[np.ndarray] = []
-        for k in (0, 1):
-            items = [(item, code) for code, arrived in zip(codes.tolist(), arrivals.values()) for item in arrived[k]]
-            new.append(Rows.build(*zip(*(item for item, _ in items))) if items else Rows.empty())
-            new_kid.append(np.fromiter((code for _, code in items), dtype=np.int64, count=len(items)))
         all_b, kid_b = _merged(old[1], old_kid[1], new[1], new_kid[1])
         for base, base_kid, target, target_kid, base_is_a in ((new[0], new_kid[0], all_b, kid_b, True),
                                                               (new[1], new_kid[1], old[0], old_kid[0], False)):
@@ -67,16 +61,16 @@ class Strategies:
         self.held.put(1, all_b, kid_b)
         return new
 
-    def _join_per_key(self, arrivals: dict[tuple, tuple[list, list, list]], matches, near) -> list[list[Rows]]:
-        """Algorithms 1 and 2 for each key of the block in turn (their buffers taken out
-        together and put back together). Returns each key's new rows of A and of B."""
-        codes = np.fromiter((self.held.code(key) for key in arrivals), dtype=np.int64, count=len(arrivals))
+    def _join_per_key(self, codes: np.ndarray, per_key: list[tuple[list[Rows], list]], matches, near
+                      ) -> list[list[Rows]]:
+        """Algorithms 1 and 2 for each key of the block in turn (``per_key``: each key's new
+        rows of A and of B and its arrival sequence; their buffers taken out together and
+        put back together). Returns each key's new rows of A and of B."""
         old, old_kid = self.held.take_keys(codes, by_time=self.strategy != "simple")
         cuts = [(np.searchsorted(kid, codes, side="left").tolist(), np.searchsorted(kid, codes, side="right").tolist())
                 for kid in old_kid]
         blocks, kept = [], ([], [])
-        for i, (code, (new_a, new_b, sequence)) in enumerate(zip(codes.tolist(), arrivals.values())):
-            rows = [Rows.build(*zip(*new)) if new else Rows.empty() for new in (new_a, new_b)]
+        for i, (code, (rows, sequence)) in enumerate(zip(codes.tolist(), per_key)):
             buffers = [old[k].take(slice(cuts[k][0][i], cuts[k][1][i])) for k in (0, 1)]
             self._join_each(buffers, rows, sequence, matches, near)
             for k in (0, 1):

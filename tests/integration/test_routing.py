@@ -12,7 +12,7 @@ import redis
 
 from contract import Keys, Registry
 from penumbra.keygroups import key_hash
-from spark_jobs.routing import CONTROL, Router, compiled, unpack
+from spark_jobs.routing import CONTROL, Router, compiled, unpack, unpack_columns
 
 STREAMS = {"ra": {"max_delay": 5, "pi": 10}, "rb": {"max_delay": 5, "pi": 10}}
 JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"
@@ -62,14 +62,16 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, regis
     assert "invalid JSON" in rejected[200] and "UTF-8" in rejected[201] and "unknown entry field" in rejected[202]
     assert [json.loads(row[4])["entry"] for row in by_kind["x"]] == ["203-0"]
     # each event reached exactly its key's group of the running query, in order, packed
-    expected: dict[int, list[bytes]] = {}
+    expected: dict[int, list[str]] = {}
     for line in good:
-        expected.setdefault(key_hash((json.loads(line)["attrs"]["k"],)) % groups, []).append(line)
+        expected.setdefault(key_hash((json.loads(line)["attrs"]["k"],)) % groups, []).append(json.loads(line)["id"])
     blocks = by_kind["b"]
     # "p" is "j" paused: the two are one plan, which runs for "j" alone
     unit = compiled(redis_server.url, keys.prefix, version, groups).unit_of["j"]
     assert unit.startswith("~") and {row[0] for row in blocks} == {unit}
-    got = {group: unpack([row[4] for row in blocks if row[1] == group]) for group in {row[1] for row in blocks}}
+    # a join plan's events come as columns, in ordinal order across the two reads
+    got = {group: unpack_columns([row[4] for row in blocks if row[1] == group]).ids.tolist()
+           for group in {row[1] for row in blocks}}
     assert got == expected
     assert all(row[2] == pickle.loads(row[4])[0][0] for row in blocks), "a block's seq is its first ordinal"
     # ticks: every group of the running query, with the largest max time and the end mark
@@ -79,11 +81,19 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, regis
 
 
 def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
-    from spark_jobs.routing import pack
+    from penumbra.events import parse_event
+    from spark_jobs.routing import pack, pack_columns
 
     later, earlier = pack([5, 7], [b"e5", b"e7"]), pack([1, 6], [b"e1", b"e6"])
     assert unpack([later, earlier]) == [b"e1", b"e5", b"e6", b"e7"]
     assert unpack([earlier]) == [b"e1", b"e6"]
+
+    def events(*ids):
+        return [parse_event({"stream": "ra", "id": i, "ts": {"lo": 0, "hi": 1}}) for i in ids]
+
+    later, earlier = pack_columns([5, 7], events("e5", "e7")), pack_columns([1, 6], events("e1", "e6"))
+    assert unpack_columns([later, earlier]).ids.tolist() == ["e1", "e5", "e6", "e7"]
+    assert unpack_columns([earlier]).ids.tolist() == ["e1", "e6"]
 
 
 def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server, registry):
@@ -128,7 +138,7 @@ def test_selective_joins_run_as_one_plan_that_gets_what_some_of_them_keep(redis_
     got: dict[str, list[str]] = {}
     for row in rows:
         if row[3] == "b":
-            got.setdefault(row[0], []).extend(json.loads(line)["id"] for line in unpack([row[4]]))
+            got.setdefault(row[0], []).extend(unpack_columns([row[4]]).ids.tolist())
     assert got[plan] == [f"a{n}" for n in range(80) if n % 40 < 10] + [f"rb{n}" for n in range(10)]
     assert len(got[units["other"]]) == 90
     ticks = {row[0]: json.loads(row[4])["clock"] for row in rows if row[3] == "t"}
