@@ -60,8 +60,10 @@ class JoinMatches(Sequence[Match]):
     def __init__(self, names: tuple[str, str], parts: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]],
                  key_names: tuple[str, ...] = (), arrivals: _Arrived | None = None,
                  partition_of=None, sources: tuple[tuple[str, list[str]], ...] = (),
-                 near: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] | None = None):
+                 near: list[tuple[Rows, np.ndarray, Rows, np.ndarray, np.ndarray]] | None = None,
+                 b_key_names: tuple[str, ...] = ()):
         self.names = names
+        self._b_key_names = b_key_names
         self.near = near or []       # the block's near misses, as parts: what a shared plan splits
         self._sources = sources      # per side: its stream and template names (for the records)
         self._partition_of = partition_of   # (A lo, A hi, A template, B hi) -> each pair's probing range
@@ -99,13 +101,24 @@ class JoinMatches(Sequence[Match]):
 
     @cached_property
     def keys(self) -> list[dict[str, Any] | None]:
-        """Each match's :attr:`Match.key`, in order."""
+        """Each match's :attr:`Match.key`, in order: the key's values of the event of the
+        pair that arrived in the block (A's when both did), by A's attribute names."""
         if not self._key_names:
             return [None] * len(self)
-        arrived_a, arrived_b = self._arrived
         names = self._key_names
-        return [dict(zip(names, arrived_a[a] if a in arrived_a else arrived_b[b]))
-                for a, b in zip(self.a_ids.tolist(), self.b_ids.tolist())]
+        new = self._arrivals.new if self._arrivals is not None else (None, None)
+        out: list[dict[str, Any] | None] = []
+        for rows_a, ia, rows_b, ib, _ in self._parts:
+            if rows_a is new[0]:            # the block's new A rows (the lazy strategies' parts)
+                out += [{name: attrs[name] for name in names} for attrs in rows_a.attrs[ia].tolist()]
+            elif rows_b is new[1]:          # old A, new B: B's values under A's names
+                out += [dict(zip(names, (attrs[name] for name in self._b_key_names)))
+                        for attrs in rows_b.attrs[ib].tolist()]
+            else:                           # rows of one event at a time (the per-key strategies)
+                arrived_a, arrived_b = self._arrived
+                out += [dict(zip(names, arrived_a[a] if a in arrived_a else arrived_b[b]))
+                        for a, b in zip(rows_a.ids[ia].tolist(), rows_b.ids[ib].tolist())]
+        return out
 
     @cached_property
     def partitions(self) -> list[str | None]:
@@ -138,7 +151,7 @@ class JoinMatches(Sequence[Match]):
             if mine.any():
                 parts.append((rows_a, ia[mine], rows_b, ib[mine], probs[mine]))
         return JoinMatches(self.names, parts, self._key_names, self._arrivals, partition_of or self._partition_of,
-                           self._sources)
+                           self._sources, b_key_names=self._b_key_names)
 
     def _gather(self, k: int, column: str) -> np.ndarray:
         if not self._parts:
@@ -365,7 +378,8 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                     buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
         result = JoinMatches(self.names, matches, self.sides[0].key, arrived, self._pair_partitions,
-                             tuple((side.stream, side.template_names) for side in self.sides), self._near_parts)
+                             tuple((side.stream, side.template_names) for side in self.sides), self._near_parts,
+                             self.sides[1].key)
         self.totals["matches"] += len(result)
         observations = {
             "counters": {k: self.totals[k] - before[k] for k in _COUNTERS},
