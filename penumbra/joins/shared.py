@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -208,7 +209,7 @@ class _Block:
         self.result = result
         self.matches = result.matches if isinstance(result.matches, JoinMatches) else None
         self.probs = self.matches.probs if self.matches is not None else np.empty(0)
-        self.near = _Near.of(self.matches) if self.matches is not None else _Near.empty()
+        self.near = _Near(self.matches.near if self.matches is not None else [])
         self._attrs: list[list | None] = [None, None]
         self._columns: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
 
@@ -218,30 +219,32 @@ class _Block:
             self._attrs[k] = self.matches._gather(2 * k, "attrs").tolist() if len(self.probs) else []
         terms = list(side.filters)
         return (block_filter(terms, side.var, self._attrs[k], self._columns[k]),
-                block_filter(terms, side.var, self.near.attrs[k], self._columns[2 + k]))
+                block_filter(terms, side.var, self.near.attrs(k), self._columns[2 + k]))
 
 
-@dataclass
 class _Near:
-    """A block's near misses as columns: probabilities, ids and attributes of both events."""
+    """A block's near misses as columns: probabilities, and each side's ids and attributes
+    (gathered when first read: only the members with conditions read attributes, and only
+    the samples read ids)."""
 
-    probs: np.ndarray
-    ids: tuple[list, list]
-    attrs: tuple[list, list]
+    def __init__(self, parts: list):
+        self._parts = parts
+        self._attrs: dict[int, list] = {}
+        self.probs = np.concatenate([part[4] for part in parts]) if parts else np.empty(0)
 
-    @classmethod
-    def empty(cls) -> _Near:
-        return cls(np.empty(0), ([], []), ([], []))
+    def _gathered(self, k: int, column: str) -> list:
+        if not self._parts:
+            return []
+        return np.concatenate([getattr(part[2 * k], column)[part[2 * k + 1]] for part in self._parts]).tolist()
 
-    @classmethod
-    def of(cls, matches: JoinMatches) -> _Near:
-        parts = matches.near
-        if not parts:
-            return cls.empty()
-        probs = np.concatenate([part[4] for part in parts])
-        ids = tuple(np.concatenate([part[k].ids[part[k + 1]] for part in parts]).tolist() for k in (0, 2))
-        attrs = tuple(np.concatenate([part[k].attrs[part[k + 1]] for part in parts]).tolist() for k in (0, 2))
-        return cls(probs, ids, attrs)
+    @cached_property
+    def ids(self) -> tuple[list, list]:
+        return self._gathered(0, "ids"), self._gathered(1, "ids")
+
+    def attrs(self, k: int) -> list:
+        if k not in self._attrs:
+            self._attrs[k] = self._gathered(k, "attrs")
+        return self._attrs[k]
 
 
 def members_plan(members: Sequence[Member]) -> dict[str, Plan]:
