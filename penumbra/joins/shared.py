@@ -124,6 +124,8 @@ class Plan:
     def split(self, result: BlockResult) -> dict[str, BlockResult | Exception]:
         """Each member's share of one block's result of the plan's join (the error, for a
         member whose conditions fail on it)."""
+        if len(self.members) == 1 and not self.refused and not any(s.filters for s in self.members[0].operator.sides):
+            return {self.members[0].id: result}     # the plan is the member's own join: its result is the member's
         block = _Block(result)
         out: dict[str, BlockResult | Exception] = {}
         for member in self.members:
