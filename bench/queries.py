@@ -183,13 +183,7 @@ def main() -> None:
                    f"`penumbra up` of each run's own; keyed joins with the one-source filter `A.zone % 40 = r` "
                    f"against one unfiltered keyed join")
         rows = main_up(report, lines)
-        forty, one = rows
-        report.say(f"40 selective against 1 unfiltered (same matches: {forty['matches']:,} and {one['matches']:,}): "
-                   f"{forty['seconds'] / one['seconds']:.2f}x the time (target <= 1.3)")
-        figure, axis = plt.subplots(figsize=(6, 3.5))
-        axis.bar([r["run"] for r in rows], [r["seconds"] for r in rows])
-        axis.set_ylabel("seconds, first post to readable")
-        report.save(figure)
+        conclude(report, rows, "seconds, first post to readable")
         return
     report = Report("queries_quick" if args.quick else "queries", "What a query costs: 40 selective joins against one")
     report.say(f"`python bench/queries.py{' --quick' if args.quick else ''}`: {events:,} intrusion events, the job "
@@ -205,6 +199,11 @@ def main() -> None:
             rows.append(row)
             report.say(f"{name:>13}: {row['seconds']:.2f} s ({row['events_per_s']:,.0f} events/s), "
                        f"{row['matches']:,} matches in {row['batches']} micro-batches")
+    conclude(report, rows, "seconds to drain")
+
+
+def conclude(report: Report, rows: list[dict], unit: str) -> None:
+    """The 40 selective queries' time against the unfiltered join's, and the figure."""
     forty = next(r for r in rows if r["run"] == "40 selective")
     one = next((r for r in rows if r["run"] == "1 unfiltered"), None)
     if one is None:
@@ -214,7 +213,7 @@ def main() -> None:
                    f"{forty['seconds'] / one['seconds']:.2f}x the time (target <= 1.3)")
     figure, axis = plt.subplots(figsize=(6, 3.5))
     axis.bar([r["run"] for r in rows], [r["seconds"] for r in rows])
-    axis.set_ylabel("seconds to drain")
+    axis.set_ylabel(unit)
     report.save(figure)
 
 

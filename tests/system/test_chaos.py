@@ -1,6 +1,7 @@
-"""Chaos under load: two rounds of SIGKILL of a random part of ``penumbra up`` (the job's
-driver, a Python worker, the API, redis-server), drawn by a seeded generator (this seed
-draws redis-server, then the job's driver: the two whose loss costs most), while a
+"""Chaos under load: a SIGKILL of a random part of ``penumbra up`` (the job's driver, a
+Python worker, the API, redis-server), drawn by a seeded generator (this seed draws
+redis-server, whose loss touches every other part; the driver's is tested under load by
+tests/system/test_demo.py and at several points by the exactly-once test), while a
 client posts a keyed join's events through REST and three websocket clients follow its
 matches and alarm. bench/chaos.py is the harness (ten rounds are its bench run); here
 its verdict must be clean: the matches equal ``penumbra eval``'s over every event
@@ -17,12 +18,12 @@ from bench import chaos
 
 
 @pytest.mark.slow
-def test_two_rounds_of_sigkill_under_load_lose_nothing_and_double_nothing(tmp_path):
+def test_a_sigkill_under_load_loses_nothing_and_doubles_nothing(tmp_path):
     lines: list[str] = []
-    outcome = chaos.run(rounds=2, seed=9, clients=3, pause=(3.0, 6.0), say=lines.append, home=tmp_path / "home")
+    outcome = chaos.run(rounds=1, seed=9, clients=3, pause=(3.0, 6.0), say=lines.append, home=tmp_path / "home")
     report = "\n".join(lines)
     assert outcome.problems() == [], report
     # the run did what it says: every round killed something, and load and matches were real
-    assert len(outcome.rounds) == 2 and all(r.pid for r in outcome.rounds), report
+    assert len(outcome.rounds) == 1 and all(r.pid for r in outcome.rounds), report
     assert outcome.events > 2_000 and len(outcome.expected) > 100, report
-    assert [r.victim for r in outcome.rounds] == ["redis", "driver"], report
+    assert [r.victim for r in outcome.rounds] == ["redis"], report

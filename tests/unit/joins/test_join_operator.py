@@ -75,6 +75,17 @@ def workload(seed: int, kind: str, n: int = 260, spacing: float = 6.0, late_shar
     return streams, [parse_event(obj, streams) for _, obj in raw]
 
 
+def admitted_events(streams, events) -> list:
+    """The events that were not late, replaying the arrival order (a plain watermark)."""
+    watermark, admitted = -math.inf, []
+    for e in events:
+        if e.histogram.hi + streams[e.stream].max_delay < watermark:
+            continue
+        watermark = max(watermark, e.histogram.hi)
+        admitted.append(e)
+    return admitted
+
+
 def brute_force(streams, events, d, threshold_at, keyed=False, filters=None, self_join=False):
     """All (A, B) pairs of events that were not late, keys equal and filters passing,
     with P >= the threshold in force when the later of the two arrived."""
@@ -496,12 +507,7 @@ def test_ten_thousand_keys_equal_the_all_pairs_oracle(strategy):
               for i, e in enumerate(events)]
     op = compile_query(QUERY.format(d=12.0, keys="AND A.region = B.region", t=0.4, s=strategy), streams)
     found, late = run(op, events, 1000)
-    watermark, admitted = -math.inf, []
-    for e in events:
-        if e.histogram.hi + streams[e.stream].max_delay < watermark:
-            continue
-        watermark = max(watermark, e.histogram.hi)
-        admitted.append(e)
+    admitted = admitted_events(streams, events)
     by_key: dict[int, tuple[list, list]] = {}
     for e in admitted:
         by_key.setdefault(e.attrs["region"], ([], []))[0 if e.stream == "S" else 1].append(e)

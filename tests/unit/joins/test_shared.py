@@ -5,7 +5,6 @@ equal an all-pairs join written here with its conditions as Python predicates.""
 from __future__ import annotations
 
 import itertools
-import math
 import random
 
 import numpy as np
@@ -15,7 +14,7 @@ from penumbra.engine import compile_query
 from penumbra.errors import ValidationError
 from penumbra.keygroups import KeyGroup
 from penumbra.joins.shared import Member, Plan, members_plan, plan_key
-from tests.unit.joins.test_join_operator import AMBIGUOUS, oracle_within, workload
+from tests.unit.joins.test_join_operator import AMBIGUOUS, admitted_events, oracle_within, workload
 
 #: one-source conditions as the query writes them and as a predicate on (A attrs, B attrs)
 CONDITIONS = [
@@ -83,12 +82,7 @@ def run_alone(member: Member, streams, events, block: int):
 
 
 def all_pairs(events, streams, d: float, keyed: bool, self_join: bool, predicate, threshold: float):
-    watermark, admitted = -math.inf, []
-    for e in events:
-        if e.histogram.hi + streams[e.stream].max_delay < watermark:
-            continue
-        watermark = max(watermark, e.histogram.hi)
-        admitted.append(e)
+    admitted = admitted_events(streams, events)
     left = [e for e in admitted if e.stream == "S"]
     right = [e for e in admitted if e.stream == ("S" if self_join else "T")]
     expected, ambiguous = {}, set()
