@@ -38,6 +38,7 @@ background detections, arriving out of order within the streams' max delay; the 
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 import tempfile
@@ -129,6 +130,43 @@ def core_alone(lines: list[str], batch_rows: int, streams: dict = STREAMS, query
             del events
     operator.flush()
     return len(lines) / (time.perf_counter() - started)
+
+
+def python_steps(lines: list[str], rounds: int = 3) -> dict[str, float]:
+    """µs an event of each Python step a join's events take in the job, in one process: the
+    router's parse and its columns (built and turned to bytes), the stateful step's columns
+    from bytes and the join over them; and, for comparison, what another query's events
+    take (the JSON lines packed, unpacked and parsed again) and the join fed event objects."""
+    import pickle
+
+    from penumbra.engine import build_operator
+    from penumbra.events import collector_paused, parse_event_lines, parse_streams
+    from penumbra.events.columns import EventColumns
+    from penumbra.query import parse
+
+    streams, query = parse_streams(STREAMS), parse(QUERY)
+    raw = [line.encode() for line in lines]
+    out: dict[str, float] = {}
+
+    def timed(name, work):
+        best, result = math.inf, None
+        for _ in range(rounds):
+            started = time.perf_counter()
+            result = work()
+            best = min(best, time.perf_counter() - started)
+        out[name] = best / len(raw) * 1e6
+        return result
+
+    with collector_paused():
+        events = timed("router: parse", lambda: parse_event_lines(raw, streams))
+        columns = timed("router: columns", lambda: EventColumns.from_events(events))
+        data = timed("router: columns to bytes", columns.to_bytes)
+        back = timed("step: columns from bytes", lambda: EventColumns.from_bytes(data))
+        timed("step: join over the columns", lambda: build_operator(query, streams).feed(back))
+        packed = timed("(lines packed)", lambda: pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL))
+        timed("(lines unpacked and parsed again)", lambda: parse_event_lines(pickle.loads(packed), streams))
+        timed("(join fed event objects)", lambda: build_operator(query, streams).feed(events))
+    return out
 
 
 def shoplifting(visits: int) -> tuple[list[str], dict, str]:
@@ -594,6 +632,8 @@ def main() -> None:
         report.say(f"  the core alone on the same events (parse and join, one process): "
                    f"{core_alone(lines[:args.events], args.batch_rows):,.0f} events/s")
         report.say("  per batch (ms): " + ", ".join(f"{k} {v:,.0f}" for k, v in ours["stages_ms_per_batch"].items()))
+        report.say("  Python steps of a join's events, µs an event (one process, the first 100,000 events, best of "
+                   "three): " + ", ".join(f"{name} {us:.2f}" for name, us in python_steps(lines[:100_000]).items()))
         lossy_lines, lossy_streams, lossy_query = shoplifting(10_000 if args.quick else 85_000)
         lossy_lines = lossy_lines[:args.events]
         lossy = throughput(lossy_lines, args.batch_rows, home / "lossy", lossy_streams, lossy_query)
