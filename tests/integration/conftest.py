@@ -149,8 +149,10 @@ class Pipeline:
         return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def running_pipeline(redis_server, tmp_path_factory):
+    """One job for the integration tests, stopped once they are done (idle, it keeps a fifth
+    of a core busy polling its source, which the tests after them would pay for)."""
     home = tmp_path_factory.mktemp("job")
     job = JobProcess(home, redis_server.url, **JOB_SETTINGS)
     client = redis.Redis.from_url(redis_server.url)
