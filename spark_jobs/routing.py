@@ -41,8 +41,7 @@ from contract.entries import CONTROL_FIELD, EVENT_FIELD, encode, read_end_mark
 from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
-from penumbra.errors import ValidationError
-from penumbra.events import Streams, collector_paused, parse_event_lines, parse_streams
+from penumbra.events import Streams, collector_paused, parse_streams
 from penumbra.events.columns import EventColumns
 from penumbra.joins.shared import Member, Plan, plan_key
 from penumbra.keygroups import Routing
@@ -84,6 +83,30 @@ class Unit:
     def lead(self) -> CompiledQuery:
         """The member whose operator routes and clocks the unit (members agree on both)."""
         return self.members[0]
+
+
+class _Read:
+    """The partition's events of one stream: their rows of the partition's columns; the
+    events themselves made only for a query that reads events (a pattern or lossy one)."""
+
+    def __init__(self, columns: EventColumns, rows: np.ndarray):
+        self.rows = rows.tolist()
+        self.columns = columns.take(rows)
+        self._events: list | None = None
+        self._names: tuple[list, list] | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def events(self) -> list:
+        if self._events is None:
+            self._events = [self.columns.event(i) for i in range(len(self.rows))]
+        return self._events
+
+    def names_and_attrs(self) -> tuple[list, list]:
+        if self._names is None:
+            self._names = (self.columns.streams.tolist(), self.columns.attrs.tolist())
+        return self._names
 
 
 def failure(error: BaseException) -> str:
@@ -223,63 +246,67 @@ class Router:
 
     def _route(self, registry: _Compiled, version: int, entries) -> list[tuple]:
         rows: list[tuple] = []
-        blocks: dict[tuple[str, int], tuple[list, list]] = {}
         broken = dict(registry.broken)
         entries = list(entries)
-        lines = [data for _, _, field, data in entries if field == EVENT_FIELD]
-        parsed = iter(parse_event_lines(lines, registry.streams))
-        # the partition's valid events by stream: (ordinal, JSON line, event)
-        by_stream: dict[str, tuple[list, list, list]] = {}
+        events_in = [entry for entry in entries if entry[2] == EVENT_FIELD]
+        # parsed straight into columns: the common event never becomes an object here
+        columns, kept, errors = EventColumns.parse([data for _, _, _, data in events_in], registry.streams)
+        refused = dict(errors)
+        at = 0
         for seq, entry, field, data in entries:
-            if field == CONTROL_FIELD:
+            if field == EVENT_FIELD:
+                if at in refused:
+                    _reject(rows, seq, entry, str(refused[at]), data, version)
+                at += 1
+            elif field == CONTROL_FIELD:
                 self.ended.update(_end_mark(data, registry))
                 rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
-                continue
-            if field != EVENT_FIELD:
+            else:
                 _reject(rows, seq, entry, f"unknown entry field {field!r} (expected {EVENT_FIELD!r}, an event)", data,
                         version)
-                continue
-            event = next(parsed)
-            if isinstance(event, ValidationError):
-                _reject(rows, seq, entry, str(event), data, version)
-                continue
-            found = by_stream.get(event.stream.casefold())
+        kept_list = kept.tolist()
+        seqs = [events_in[i][0] for i in kept_list]
+        datas = [events_in[i][3] for i in kept_list]
+        # the partition's valid events by stream, as columns
+        rows_of: dict[str, list[int]] = {}
+        for row, stream in enumerate(columns.folded.tolist()):
+            found = rows_of.get(stream)
             if found is None:
-                found = by_stream[event.stream.casefold()] = ([], [], [])
-            found[0].append(seq)
-            found[1].append(data)
-            found[2].append(event)
+                found = rows_of[stream] = []
+            found.append(row)
+        by_stream = {stream: _Read(columns, np.asarray(found, dtype=np.int64)) for stream, found in rows_of.items()}
         # each unit gets the events some running query of it is concerned with (their one-source
         # conditions decided for the whole block at once), so a selective query costs what it keeps
-        for stream, (seqs, datas, events) in by_stream.items():
+        blocks: dict[tuple[str, int], list[int]] = {}
+        for stream, read in by_stream.items():
             # units keyed alike send an event to the same groups: found once per event
             groups_of: dict[tuple, list] = {}
             for unit in registry.readers.get(stream, ()):
-                concerned = np.zeros(len(events), dtype=bool)
+                concerned = np.zeros(len(read), dtype=bool)
                 for query in unit.members:
                     if query.entry["id"] not in broken:
                         try:
-                            concerned |= query.clocker.concerned(events)
+                            concerned |= query.clocker.concerned(read.columns if unit.plan is not None
+                                                                 else read.events())
                         except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                             broken[query.entry["id"]] = failure(error)
                 routing = unit.lead.routing
                 alike = (tuple(sorted(routing.roles.items())), routing.count)
                 known = groups_of.get(alike)
                 if known is None:
-                    known = groups_of[alike] = [None] * len(events)
+                    known = groups_of[alike] = [None] * len(read)
                 try:
+                    names, attrs = read.names_and_attrs()
                     for i in np.flatnonzero(concerned).tolist():
                         groups = known[i]
                         if groups is None:
-                            event = events[i]
-                            groups = known[i] = routing.groups(event.stream, event.attrs)
+                            groups = known[i] = routing.groups(names[i], attrs[i])
+                        row = read.rows[i]
                         for group in groups:
                             block = blocks.get((unit.id, group))
                             if block is None:
-                                block = blocks[unit.id, group] = ([], [], [])
-                            block[0].append(seqs[i])
-                            block[1].append(datas[i])
-                            block[2].append(events[i])
+                                block = blocks[unit.id, group] = []
+                            block.append(row)
                 except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                     for query in unit.members:
                         broken.setdefault(query.entry["id"], failure(error))
@@ -289,13 +316,15 @@ class Router:
         for unit_id, unit in registry.units.items():
             if all(query.entry["id"] in broken for query in unit.members):
                 continue
-            read = [by_stream[s][2] for s in unit.lead.routing.roles if s in by_stream]
+            read = [by_stream[s] for s in unit.lead.routing.roles if s in by_stream]
             if not read:
                 continue
             key = registry.clock_keys[unit_id]
             try:
                 if key not in clocks:
-                    clocks[key] = unit.lead.clocker.clock_of([e for events in read for e in events])
+                    clocks[key] = unit.lead.clocker.clock_of(
+                        columns.take(np.concatenate([r.rows for r in read])) if unit.plan is not None
+                        else [e for r in read for e in r.events()])
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                 for query in unit.members:
                     broken.setdefault(query.entry["id"], failure(error))
@@ -306,14 +335,17 @@ class Router:
             unit_id = registry.unit_of.get(query_id)
             if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
                 self.clocks.pop(unit_id, None)
-        for (unit_id, group), (seqs, lines, events) in blocks.items():
+        for (unit_id, group), block in blocks.items():
             unit = registry.units[unit_id]
             if all(q.entry["id"] in broken for q in unit.members):
                 continue
             # a join plan takes its events as columns, built here where they are parsed; other
             # queries take the JSON lines
-            data = pack_columns(seqs, events) if unit.plan is not None else pack(seqs, lines)
-            rows.append((unit_id, group, seqs[0], "b", data, None, version, _slot(unit_id, group, self.partitions)))
+            block_seqs = [seqs[row] for row in block]
+            data = pack_columns(block_seqs, columns.take(np.asarray(block, dtype=np.int64))) if unit.plan is not None \
+                else pack(block_seqs, [datas[row] for row in block])
+            rows.append((unit_id, group, block_seqs[0], "b", data, None, version,
+                         _slot(unit_id, group, self.partitions)))
         return rows
 
     def close(self, version: int) -> list[tuple]:
@@ -328,10 +360,13 @@ def pack(seqs: list[int], lines: list[bytes]) -> bytes:
     return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def pack_columns(seqs: list[int], events: list) -> bytes:
-    """A group's events of one read partition as one value: their ordinals and columns
-    (:class:`~penumbra.events.columns.EventColumns`)."""
-    return pickle.dumps((seqs, EventColumns.from_events(events).to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
+def pack_columns(seqs: list[int], columns: EventColumns | list) -> bytes:
+    """A group's events of one read partition (their columns,
+    :class:`~penumbra.events.columns.EventColumns`, or the events) as one value: their
+    ordinals and columns."""
+    if not isinstance(columns, EventColumns):
+        columns = EventColumns.from_events(columns)
+    return pickle.dumps((seqs, columns.to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def unpack_columns(blocks) -> EventColumns:

@@ -116,18 +116,25 @@ def _decode_event(raw: str | bytes) -> Any:
     return loads(raw)
 
 
-def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None,
-               block: _TemplateBlock | None = None) -> Event | None:
+def _decoded(raw: str | bytes | Mapping[str, Any]) -> tuple[Any, bool]:
+    """A raw event as an object, and whether it was just decoded from JSON (so nobody else
+    holds it); a decoded object is itself."""
     if isinstance(raw, str):
         # a character is at most 4 bytes of UTF-8: only long lines need encoding to measure
         if len(raw) > MAX_LINE_BYTES // 4 and len(raw.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
             raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
-        return _event(_decode_event(raw), streams, True, block)
+        return _decode_event(raw), True
     if isinstance(raw, (bytes, bytearray)):
         if len(raw) > MAX_LINE_BYTES:
             raise ValidationError("", f"event too large: over {MAX_LINE_BYTES} bytes")
-        return _event(_decode_event(raw), streams, True, block)
-    return _event(raw, streams, False, block)
+        return _decode_event(raw), True
+    return raw, False
+
+
+def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None,
+               block: _TemplateBlock | None = None) -> Event | None:
+    obj, decoded = _decoded(raw)
+    return _event(obj, streams, decoded, block)
 
 
 def parse_event_line(line: str | bytes, streams: Streams | None = None) -> Event:

@@ -3,7 +3,8 @@
 A join works on arrays (its buffers are :class:`~penumbra.joins.rows.Rows`), so the events
 of a block reach it as columns: their streams, ids, continuous timestamps as one
 :class:`~penumbra.timestamps.HistogramBlock`, template names and attributes. The columns
-are built from parsed events (:meth:`EventColumns.from_events`), travel as bytes between
+are read straight from JSON lines (:meth:`EventColumns.parse`: the common event never
+becomes an object) or built from parsed events (:meth:`EventColumns.from_events`), travel as bytes between
 processes (:meth:`EventColumns.to_bytes`: the pipeline builds them where it parses, and
 the stateful step never parses the events again), and give an event back where one is
 needed (:meth:`EventColumns.event`, for late and rejected events).
@@ -20,14 +21,17 @@ from __future__ import annotations
 
 import pickle
 from functools import cached_property
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import orjson
 
 from ..errors import ValidationError
-from ..timestamps import Histogram, HistogramBlock
-from .model import Event
+from ..timestamps import Histogram, HistogramBlock, Interval
+from .codec import _decoded, collector_paused
+from .model import _NO_ATTRS, Event, _checked_event, _common
+from .streams import Streams
 
 __all__ = ["EventColumns"]
 
@@ -41,6 +45,16 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
+def _reading(event: Event) -> tuple[Histogram, str | None]:
+    """An event's continuous timestamp, or the placeholder and why it has none."""
+    if event.template is not None:
+        return (event.ts if type(event.ts) is Histogram else event.histogram), None
+    try:
+        return event.histogram, None
+    except ValidationError as error:
+        return _PLACEHOLDER, str(error)
+
+
 class EventColumns:
     """``n`` events as columns: ``streams`` and ``ids`` (as sent), ``block`` (each event's
     continuous timestamp; a placeholder where it has none), ``templates`` (the template
@@ -48,24 +62,116 @@ class EventColumns:
     no continuous reading, else None) and ``attrs`` (plain dicts)."""
 
     def __init__(self, streams: np.ndarray, ids: np.ndarray, block: HistogramBlock, templates: np.ndarray,
-                 problems: list[str | None], attrs: np.ndarray, events: Sequence[Event] | None = None):
+                 problems: list[str | None], attrs: np.ndarray, events: Sequence[Event] | None = None,
+                 parsed: tuple[np.ndarray, Streams | None] | None = None):
         self.streams, self.ids, self.block, self.templates = streams, ids, block, templates
         self.problems, self.attrs = problems, attrs
         self._events: list[Event | None] = list(events) if events is not None else [None] * len(ids)
+        #: from :meth:`parse`: each event's detection time (NaN without a template) and the
+        #: streams its templates were resolved with, so :meth:`event` makes it as the parser does
+        self._parsed = parsed
+
+    @classmethod
+    def parse(cls, raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
+              ) -> tuple[EventColumns, np.ndarray, list[tuple[int, ValidationError]]]:
+        """The columns of a block of raw events (JSON lines or decoded objects), read as
+        :func:`~penumbra.events.parse_event_lines` reads them, without an event object for
+        the common event (an interval of plain numbers, or a template timestamp the stream
+        declares, with scalar attributes): its fields go straight to the columns, and the
+        timestamps of each template and of the intervals into the block in one numpy
+        operation each. Returns the columns of the valid events in input order, the input
+        index of each, and ``(index, error)`` for each rejected input."""
+        names: list[str] = []
+        ids: list[str] = []
+        attrs: list[dict] = []
+        kept: list[int] = []
+        errors: list[tuple[int, ValidationError]] = []
+        intervals: tuple[list[int], list[float], list[float]] = ([], [], [])
+        templates: dict[int, tuple[Histogram, str, list[int], list[float]]] = {}
+        others: list[tuple[int, Event]] = []
+        with collector_paused():
+            for index, raw in enumerate(raws):
+                try:
+                    obj, decoded = _decoded(raw)
+                    common = _common(obj, streams)
+                    if common is None or (common[2] is not None and not common[2].lo < common[2].hi):
+                        # anything else, valid or not (a point interval: an event, no continuous reading)
+                        event = _checked_event(obj, streams) if common is None else \
+                            Event._checked(common[0], common[1], common[2],
+                                           MappingProxyType(dict(common[4])) if common[4] else _NO_ATTRS)
+                        others.append((len(ids), event))
+                        names.append(event.stream)
+                        ids.append(event.id)
+                        attrs.append(dict(event.attrs))
+                        kept.append(index)
+                        continue
+                except ValidationError as error:
+                    errors.append((index, error))
+                    continue
+                stream, event_id, interval, template, values = common
+                row = len(ids)
+                names.append(stream)
+                ids.append(event_id)
+                attrs.append(values if decoded and type(values) is dict else dict(values))
+                kept.append(index)
+                if interval is not None:
+                    intervals[0].append(row)
+                    intervals[1].append(interval.lo)
+                    intervals[2].append(interval.hi)
+                else:
+                    phi, name, detected = template
+                    group = templates.get(id(phi))
+                    if group is None:
+                        group = templates[id(phi)] = (phi, name, [], [])
+                    group[2].append(row)
+                    group[3].append(detected)
+            return cls._assembled(names, ids, attrs, intervals, templates, others, streams), \
+                np.asarray(kept, dtype=np.int64), errors
+
+    @classmethod
+    def _assembled(cls, names, ids, attrs, intervals, templates, others, streams) -> EventColumns:
+        n = len(ids)
+        histograms, problems = [], [None] * n
+        for row, event in others:
+            histogram, problems[row] = _reading(event)
+            histograms.append(histogram)
+        rest = HistogramBlock.from_histograms(histograms) if histograms else None
+        width = max([1, rest.buckets if rest is not None else 1] + [len(g[0].probs) for g in templates.values()])
+        edges, probs = np.empty((width + 1, n)), np.zeros((width, n))
+        detected = np.full(n, np.nan)
+        names_of = np.full(n, None, dtype=object)
+        if intervals[0]:
+            rows = np.asarray(intervals[0], dtype=np.int64)
+            edges[0, rows] = intervals[1]
+            edges[1:, rows] = np.asarray(intervals[2])
+            probs[0, rows] = 1.0
+        for phi, name, rows, moments in templates.values():
+            rows, moments = np.asarray(rows, dtype=np.int64), np.asarray(moments)
+            k = len(phi.probs)
+            # the floats the parser's template block gives: phi.edges + (t - max(phi)), row by row
+            shifted = phi.edges + (moments - phi.hi)[:, None]
+            edges[:k + 1, rows] = shifted.T
+            edges[k + 1:, rows] = shifted[:, -1]
+            probs[:k, rows] = phi.probs[:, None]
+            detected[rows] = moments
+            names_of[rows] = name
+        if rest is not None:
+            rows = np.asarray([row for row, _ in others], dtype=np.int64)
+            rest = rest.padded(width)
+            edges[:, rows] = rest.edges
+            probs[:, rows] = rest.probs
+            names_of[rows] = [event.template for _, event in others]
+        events: list[Event | None] = [None] * n
+        for row, event in others:
+            events[row] = event
+        return cls(_objects(names), _objects(ids), HistogramBlock(edges, probs), names_of, problems, _objects(attrs),
+                   events, (detected, streams))
 
     @classmethod
     def from_events(cls, events: Sequence[Event]) -> EventColumns:
         histograms, templates, problems = [], [], []
         for event in events:
-            problem = None
-            if event.template is not None:
-                ts = event.ts
-                histogram = ts if type(ts) is Histogram else event.histogram
-            else:
-                try:
-                    histogram = event.histogram
-                except ValidationError as error:
-                    histogram, problem = _PLACEHOLDER, str(error)
+            histogram, problem = _reading(event)
             histograms.append(histogram)
             templates.append(event.template)
             problems.append(problem)
@@ -89,17 +195,32 @@ class EventColumns:
         its stream, id, continuous timestamp and attributes); the same object every time."""
         event = self._events[i]
         if event is None:
-            ts = self.block.histogram(i)
-            event = self._events[i] = Event._checked(self.streams[i], self.ids[i], ts, self.attrs[i],
-                                                     self.templates[i])
+            event = self._events[i] = self._parsed_event(i) if self._parsed is not None else \
+                Event._checked(self.streams[i], self.ids[i], self.block.histogram(i), self.attrs[i], self.templates[i])
         return event
+
+    def _parsed_event(self, i: int) -> Event:
+        """Event ``i`` of columns from :meth:`parse`, equal to the one the parser makes."""
+        detected, streams = self._parsed
+        stream, name, attrs = self.streams[i], self.templates[i], self.attrs[i]
+        attrs = MappingProxyType(attrs) if attrs else _NO_ATTRS
+        edges = self.block.edges[:, i]
+        if name is None:
+            return Event._checked(stream, self.ids[i], Interval._checked(float(edges[0]), float(edges[1])), attrs)
+        phi = streams._by_key[stream.casefold()].templates[name]
+        ts = Histogram.__new__(Histogram)
+        ts.edges, ts.probs = edges[:len(phi.edges)].copy(), phi.probs
+        ts.edges.flags.writeable = False
+        moment = float(detected[i])
+        return Event._checked(stream, self.ids[i], ts, attrs, name, moment)
 
     def take(self, index: np.ndarray) -> EventColumns:
         """The events at ``index``, in its order."""
         index = np.asarray(index, dtype=np.int64)
+        parsed = (self._parsed[0][index], self._parsed[1]) if self._parsed is not None else None
         return EventColumns(self.streams[index], self.ids[index], self.block.take(index), self.templates[index],
                             [self.problems[i] for i in index.tolist()], self.attrs[index],
-                            [self._events[i] for i in index.tolist()])
+                            [self._events[i] for i in index.tolist()], parsed)
 
     @classmethod
     def concat(cls, parts: Sequence[EventColumns]) -> EventColumns:
@@ -108,10 +229,15 @@ class EventColumns:
             return cls.from_events([])
         if len(parts) == 1:
             return parts[0]
+        parsed = None
+        if all(p._parsed is not None and p._parsed[1] is parts[0]._parsed[1] for p in parts):
+            parsed = (np.concatenate([p._parsed[0] for p in parts]), parts[0]._parsed[1])
+        # else a parsed part's events are made now, while it knows how
+        events = [x for p in parts for x in (p._events if parsed is not None or p._parsed is None
+                                              else [p.event(i) for i in range(len(p))])]
         return cls(np.concatenate([p.streams for p in parts]), np.concatenate([p.ids for p in parts]),
                    HistogramBlock.concat([p.block for p in parts]), np.concatenate([p.templates for p in parts]),
-                   [x for p in parts for x in p.problems], np.concatenate([p.attrs for p in parts]),
-                   [x for p in parts for x in p._events])
+                   [x for p in parts for x in p.problems], np.concatenate([p.attrs for p in parts]), events, parsed)
 
     def to_bytes(self) -> bytes:
         """The columns as bytes (:meth:`from_bytes` reads them back; the events themselves

@@ -161,6 +161,24 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
     attributes -- is accepted in one pass over exact JSON types; anything else, valid or
     not, takes the full checks, which name the field at fault. With ``block``, a common
     event with a template timestamp is left to the block to resolve (None is returned)."""
+    common = _common(obj, streams)
+    if common is None:
+        return _checked_event(obj, streams)
+    stream, event_id, interval, template, attrs = common
+    attrs = MappingProxyType(attrs if decoded else dict(attrs)) if attrs else _NO_ATTRS
+    if interval is not None:
+        return Event._checked(stream, event_id, interval, attrs)
+    phi, name, detected = template
+    if block is not None:
+        return block.defer(phi, stream, event_id, attrs, name, detected)
+    return Event._checked(stream, event_id, phi.shift(detected - phi.hi), attrs, name, detected)
+
+
+def _common(obj: Any, streams: Any) -> tuple[str, str, Interval | None, tuple | None, Mapping] | None:
+    """The common event's fields -- stream, id, its interval or ``(phi, name, detected)``
+    of its template, and its attributes as decoded -- when ``obj`` is one (names already
+    seen, an interval of plain numbers or a template the stream declares, scalar
+    attributes); ``None`` for anything else, valid or not, which takes the full checks."""
     if type(obj) is dict and 3 <= len(obj) <= 4:
         stream, event_id, attrs = obj.get("stream"), obj.get("id"), obj.get("attrs", _NO_ATTRS)
         if type(stream) is str and stream in _VALID_NAMES and type(event_id) is str \
@@ -171,14 +189,8 @@ def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decod
             template = None if interval is not None else _plain_template(ts, stream, streams)
             if (interval is not None or template is not None) \
                     and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
-                attrs = MappingProxyType(attrs if decoded else dict(attrs)) if attrs else _NO_ATTRS
-                if interval is not None:
-                    return Event._checked(stream, event_id, interval, attrs)
-                phi, name, detected = template
-                if block is not None:
-                    return block.defer(phi, stream, event_id, attrs, name, detected)
-                return Event._checked(stream, event_id, phi.shift(detected - phi.hi), attrs, name, detected)
-    return _checked_event(obj, streams)
+                return stream, event_id, interval, template, attrs
+    return None
 
 
 def _plain_template(value: Any, stream: str, streams: Any) -> tuple[Histogram, str, float] | None:

@@ -548,24 +548,34 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             roles.setdefault(side.stream, []).append(side.key)
         return roles
 
-    def concerned(self, events: Sequence[Event]) -> np.ndarray:
+    def concerned(self, events: Sequence[Event] | EventColumns) -> np.ndarray:
         """Events of a side's stream passing that side's filters (either side of a
         self-join), the filters evaluated on the whole block at once."""
-        streams = np.array([e.stream.casefold() for e in events], dtype=object)
+        columns = events if isinstance(events, EventColumns) else None
+        streams = columns.folded if columns is not None else \
+            np.array([e.stream.casefold() for e in events], dtype=object)
         out = np.zeros(len(events), dtype=bool)
         for side in self.sides:
             mine = np.flatnonzero(streams == side.stream)
             if not len(mine):
                 continue
             if side.filters:
-                mine = mine[block_filter(list(side.filters), side.var, [events[i].attrs for i in mine])]
+                attrs = columns.attrs[mine].tolist() if columns is not None else [events[i].attrs for i in mine]
+                mine = mine[block_filter(list(side.filters), side.var, attrs)]
             out[mine] = True
         return out
 
-    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+    def clock_of(self, events: Sequence[Event] | EventColumns) -> dict[str, float]:
         """The largest max time of the events either side admits (late ones lie below
         the watermark anyway, so the figure needs no state)."""
         watermark = -math.inf
+        if isinstance(events, EventColumns):
+            for side in self.sides:
+                mine = np.flatnonzero(events.folded == side.stream)
+                admitted = mine[self._admit_columns(side, events, mine)[0] > -2] if len(mine) else mine
+                if len(admitted):
+                    watermark = max(watermark, float(events.block.hi[admitted].max()))
+            return {"watermark": watermark} if watermark > -math.inf else {}
         reading: dict[str, list[int]] = {}
         for event in events:
             for k in self._reading(event.stream, reading):

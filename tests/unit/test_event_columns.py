@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, reject, settings, strategies as st
+from hypothesis import example, given, reject, settings, strategies as st
 
 from penumbra.engine import compile_query
 from penumbra.errors import ValidationError
@@ -97,3 +97,90 @@ def test_a_join_fed_columns_from_bytes_finds_what_it_finds_fed_events(kind, stra
         assert [(x.event.id, x.reason) for x in a.late] == [(x.event.id, x.reason) for x in b.late]
         assert a.observations["counters"] == b.observations["counters"]
     assert fed_events.totals["late"] > 0 and fed_events.totals["matches"] > 20
+
+
+# --- parsed straight into columns ----------------------------------------------------------
+
+PARSE_STREAMS = {"S": {"templates": {"t": {"edges": [0, 1, 3], "probs": [0.5, 0.5]},
+                                     "u": {"edges": [0, 2, 3, 7, 8], "probs": [0.1, 0.2, 0.3, 0.4]}}, "pi": 50},
+                 "T": {"templates": {"t": {"edges": [0, 5], "probs": [1.0]}}}}
+
+templates = st.builds(lambda t, name: {"detected": t, "template": name},
+                      st.floats(-1e6, 1e6) | st.integers(-10 ** 6, 10 ** 6), st.sampled_from(["t", "u", "u", "v", 3]))
+stamps = st.one_of(
+    templates, templates,
+    st.builds(lambda lo, width: {"lo": lo, "hi": lo + width}, st.floats(-1e6, 1e6), st.sampled_from([0, 0.5, 3, 60])),
+    st.builds(lambda lo: {"lo": lo, "hi": lo + 2}, st.integers(-10 ** 6, 10 ** 6)),
+    st.builds(lambda lo: {"edges": [lo, lo + 1, lo + 4], "probs": [0.25, 0.75]}, st.floats(-1e6, 1e6)),
+    st.just({"lo": 0, "hi": 2, "pmf": [0.25, 0.5, 0.25]}),
+    st.just({"lo": 3, "hi": 1}), st.just({"lo": 1}), st.just([1, 2]), st.just("now"))
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False),
+                    st.text(max_size=6), st.just([1]))
+
+
+@st.composite
+def raw_events(draw):
+    """An input line as a client may send it: mostly events, valid or not, sometimes not
+    an event at all; as text, bytes or a decoded object."""
+    import json
+
+    choice = draw(st.integers(0, 9))
+    if choice == 0:
+        line = draw(st.sampled_from(['[1]', '{"stream": "S"', 'NaN', '{"stream": "S", "id": "a", "ts": '
+                                     '{"lo": NaN, "hi": 1}}', '', '{"stream": "S", "id": "\\ud800", "ts": '
+                                     '{"lo": 1, "hi": 2}}', '{"stream": "S", "id": "w", "ts": {"lo": 1, "hi": 2}, '
+                                     '"attrs": {"n": 123456789012345678901234567890}}']))
+    else:
+        event = {"stream": draw(st.sampled_from(["S", "S", "s", "T", "T", "U", "b@d", 4])),
+                 "id": draw(st.sampled_from(["a", "b", "c", "", "x\u202e", 7])), "ts": draw(stamps)}
+        if draw(st.booleans()):
+            event["attrs"] = draw(st.dictionaries(st.sampled_from(["k", "v", "bad name"]), scalars, max_size=3))
+        if draw(st.integers(0, 9)) == 0:
+            event["extra"] = 1
+        form = draw(st.sampled_from(["str", "bytes", "object"]))
+        if form == "object":
+            return event
+        line = json.dumps(event)
+        return line.encode() if form == "bytes" else line
+    return line if draw(st.booleans()) else line.encode()
+
+
+def same_event(x, y) -> bool:
+    if (x.stream, x.id, x.template, x.detected, type(x.ts)) != (y.stream, y.id, y.template, y.detected, type(y.ts)):
+        return False
+    if dict(x.attrs).keys() != dict(y.attrs).keys() or not all(same(x.attrs[k], y.attrs[k]) for k in x.attrs):
+        return False
+    if isinstance(x.ts, Histogram):
+        return np.array_equal(x.ts.edges, y.ts.edges) and np.array_equal(x.ts.probs, y.ts.probs)
+    return (x.ts.lo, x.ts.hi, x.ts.pmf) == (y.ts.lo, y.ts.hi, y.ts.pmf) and same(x.ts.lo, y.ts.lo)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(raw_events(), max_size=14))
+@example([b'{"stream": "S", "id": "a", "ts": {"detected": 5, "template": "t"}}', {"stream": "T", "id": "a", "ts": {
+    "detected": 5, "template": "t"}}, '{"stream": "s", "id": "b", "ts": {"detected": 5.5, "template": "u"}}'])
+def test_parse_reads_a_block_as_the_parser_does_into_the_columns_of_its_events(raws):
+    from penumbra.events import parse_event_lines, parse_streams
+
+    streams = parse_streams(PARSE_STREAMS)
+    expected = parse_event_lines(raws, streams)
+    columns, kept, errors = EventColumns.parse(raws, streams)
+    assert [(i, str(e)) for i, e in errors] == [(i, str(e)) for i, e in enumerate(expected)
+                                                if isinstance(e, ValidationError)]
+    valid = [e for e in expected if not isinstance(e, ValidationError)]
+    assert kept.tolist() == [i for i, e in enumerate(expected) if not isinstance(e, ValidationError)]
+    reference = EventColumns.from_events(valid)
+    assert columns.streams.tolist() == reference.streams.tolist() and columns.ids.tolist() == reference.ids.tolist()
+    assert columns.templates.tolist() == reference.templates.tolist() and columns.problems == reference.problems
+    assert all(a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+               for a, b in zip(columns.attrs.tolist(), reference.attrs.tolist()))
+    if valid:
+        width = max(columns.block.buckets, reference.block.buckets)
+        assert np.array_equal(columns.block.padded(width).edges, reference.block.padded(width).edges)
+        assert np.array_equal(columns.block.padded(width).probs, reference.block.padded(width).probs)
+    # each event given back is the parser's, also after take and concat
+    assert all(same_event(columns.event(i), event) for i, event in enumerate(valid))
+    again, _, _ = EventColumns.parse(raws, streams)
+    order = np.arange(len(valid))[::-1]
+    taken = EventColumns.concat([again.take(order), again.take(order[:1])])
+    assert all(same_event(taken.event(j), valid[i]) for j, i in enumerate(order.tolist() + order[:1].tolist()))
