@@ -115,15 +115,21 @@ def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: in
     for start in range(0, len(matches), MATCHES_PER_CALL):
         chunk = matches[start:start + MATCHES_PER_CALL]
         index: dict[str, int] = {}
+        known: dict[tuple | None, int] = {}
         touched: list[list] = []
         rows: list = []
         for data, group, key, prob, *more in chunk:
-            spelled = key_json(key)
-            iid = instance_id(query, key, spelled)
-            k = index.get(iid)
+            # the instance of a key spelled once a call: equal values spell alike, but for true and 1
+            seen = None if key is None else tuple([(name, type(value) is bool, value) for name, value in key.items()])
+            k = known.get(seen)
             if k is None:
-                k = index[iid] = len(touched)
-                touched.append([iid, spelled or "null", 0, prob, prob])
+                spelled = key_json(key)
+                iid = instance_id(query, key, spelled)
+                k = index.get(iid)
+                if k is None:
+                    k = index[iid] = len(touched)
+                    touched.append([iid, spelled or "null", 0, prob, prob])
+                known[seen] = k
             instance = touched[k]
             instance[2] += 1
             if prob > instance[3]:

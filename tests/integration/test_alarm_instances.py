@@ -49,6 +49,23 @@ def view(client, keys, query: dict, instance: str, now: float, silences=()) -> d
     return instance_view(query, instance, read_instance(record) if record else None, stored, silences, now)
 
 
+def test_keys_the_operators_tell_apart_are_instances_apart_within_one_call(client, keys):
+    # 1 and 1.0 (and 0 and -0.0) are one key value, true is not 1, attribute order is no matter
+    found = [({"k": 1}, 0.6), ({"k": True}, 0.7), ({"k": 1.0}, 0.8), ({"k": -0.0}, 0.9), ({"k": 0}, 0.65),
+             ({"a": 1, "b": "x"}, 0.7), ({"b": "x", "a": 1.0}, 0.75), ({"k": "1"}, 0.5), (None, 0.55)]
+    write(client, keys, "q", 1, found, now=100.0)
+    stored = records(client, keys, "q")
+    added = {}
+    for key, _ in found:
+        spelled = None if key is None else json.dumps(
+            {n: int(v) if type(v) is float and v.is_integer() else v for n, v in key.items()}, sort_keys=True)
+        added[spelled] = added.get(spelled, 0) + 1
+    assert len(stored) == len(added) == 6
+    assert sorted(r["added"] for r in stored.values()) == sorted(added.values()) == [1, 1, 1, 2, 2, 2]
+    assert stored[instance_id("q", {"k": True})]["added"] == 1
+    assert stored[instance_id("q", {"k": 1})]["added"] == 2
+
+
 def test_each_key_is_an_instance_with_exact_counts_cursors_and_probabilities(client, keys):
     probs = [0.61, 0.9000000000000001, 0.7, 0.123456789012345678, 0.95, 0.62]
     found = [({"region": n % 3}, p) for n, p in enumerate(probs)] + [(None, 0.5), ({"region": 1.0}, 0.99)]
