@@ -8,6 +8,7 @@ is back, so the service needs no restart.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -41,9 +42,21 @@ class ApiError(Exception):
         self.details = details
 
 
+class Response(JSONResponse):
+    """The service's JSON: UTF-8 as Starlette writes it, and where a value holds a lone
+    surrogate (an attribute sent as the JSON escape ``"\\ud800"``, which UTF-8 cannot carry)
+    with its characters escaped, rather than a failed response."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
+
+
 def error_response(status: int, message: str, headers: dict[str, str] | None = None, **details: Any) -> JSONResponse:
     body = {"message": message, **{k: v for k, v in details.items() if v is not None}}
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    return Response({"error": body}, status_code=status, headers=headers)
 
 
 def field_of(location: tuple | list) -> str:

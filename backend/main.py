@@ -19,7 +19,7 @@ from fastapi.openapi.utils import get_openapi
 
 from .config import Settings
 from .deps import Service
-from .errors import install_error_handlers
+from .errors import Response, install_error_handlers
 from .idempotency import Idempotency
 from .limits import AccessLog, BodySizeLimit, WriteRateLimit
 from .live import Hub
@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             service.redis.close()
 
     app = FastAPI(title="Penumbra", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-                  dependencies=[Depends(reject_unknown_query)])
+                  dependencies=[Depends(reject_unknown_query)], default_response_class=Response)
     app.state.service = service
     app.state.operations = Operations(app)
     app.state.live = Hub(service)

@@ -38,10 +38,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import orjson
 import redis
 
 from contract.alarms import query_of, silence_matches
+from contract.entries import encode
 from contract.notify import GROUP, SIGNATURE_HEADER, alert_of, claim_due, enqueue, routed_contacts, sign
 
 from .deps import Service
@@ -275,7 +275,7 @@ class Notifier:
             await self._call(self._give_up, record, "its contact point was removed")
             return
         contact = json.loads(contact_raw)
-        body = orjson.dumps(record["body"])
+        body = encode(record["body"])
         now = int(time.time())
         headers = {"Content-Type": "application/json", "Idempotency-Key": notification,
                    SIGNATURE_HEADER: sign(contact.get("secret") or "", now, body), "User-Agent": "penumbra-notifier"}
@@ -311,7 +311,7 @@ class Notifier:
         pipe = client.pipeline(transaction=True)
         pipe.xadd(keys.delivery_failures, {"id": record["id"], "contact": record["contact"], "reason": reason,
                                            "attempts": record["attempts"], "created": record["created"],
-                                           "at": time.time(), "body": orjson.dumps(record["body"])[:4096]},
+                                           "at": time.time(), "body": encode(record["body"])[:4096]},
                   maxlen=FAILURES_MAXLEN, approximate=True)
         pipe.hdel(keys.deliveries, record["id"])
         pipe.zrem(keys.deliveries_due, record["id"])

@@ -58,11 +58,18 @@ def _canonical(value: Any) -> Any:
 
 
 def key_json(key: Mapping[str, Any] | None) -> str | None:
-    """The canonical JSON text of a key (sorted attributes, ``1.0`` as ``1``), or None."""
+    """The canonical JSON text of a key (sorted attributes, ``1.0`` as ``1``), or None; a
+    key holding a lone surrogate, which UTF-8 cannot carry, with its characters escaped."""
     if key is None:
         return None
-    return json.dumps({name: _canonical(value) for name, value in key.items()}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False)
+    canonical = {name: _canonical(value) for name, value in key.items()}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:      # a lone surrogate: UTF-8 cannot carry it, its JSON escape can
+            text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return text
 
 
 def instance_id(query: str, key: Mapping[str, Any] | None, spelled: str | None = None) -> str:

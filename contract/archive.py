@@ -104,6 +104,14 @@ def queries(root: Path) -> list[str]:
     return sorted(unquote(p.name[6:]) for p in root.iterdir() if p.name.startswith("query=") and p.is_dir())
 
 
+def _text(value) -> str | None:
+    """A match's times, records or factors as JSON text (None for none); given as their JSON
+    or as values."""
+    if not value:
+        return None
+    return value.decode() if type(value) is bytes else orjson.dumps(value).decode()
+
+
 @dataclass(frozen=True)
 class ArchiveFile:
     path: Path
@@ -197,7 +205,8 @@ class ArchiveWriter:
     def write(self, batch: int, at: int, matches: dict[str, Sequence[tuple]],
               near: dict[str, dict[str, int]]) -> list[Path]:
         """Writes each query's rows of the batch: ``matches[q]`` as ``(match JSON, key
-        group, key, probability[, times[, partition[, records[, factors]]]])`` in their live order, ``near[q]`` the batch's near-miss
+        group, key, probability[, times[, partition[, records[, factors]]]])`` in their live order
+        (times, records and factors as values or as their JSON), ``near[q]`` the batch's near-miss
         histogram (bin's lower edge as text -> count). Returns the files written."""
         written = []
         day = day_of(at)
@@ -232,10 +241,10 @@ class ArchiveWriter:
                 keys.append(spelled)
                 alarms.append(alarm)
                 groups.append(int(group))
-                times.append(orjson.dumps(known[0]).decode() if known and known[0] else None)
+                times.append(_text(known[0]) if known else None)
                 parts.append(known[1] if len(known) > 1 and known[1] else None)
-                records.append(orjson.dumps(known[2]).decode() if len(known) > 2 and known[2] else None)
-                factors.append(orjson.dumps(known[3]).decode() if len(known) > 3 and known[3] else None)
+                records.append(_text(known[2]) if len(known) > 2 else None)
+                factors.append(_text(known[3]) if len(known) > 3 else None)
             for edge, _ in bins:
                 ids.append(None)
                 events.append(None)

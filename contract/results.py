@@ -15,15 +15,17 @@ batch's transaction, all of it is written exactly once.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 import orjson
 import redis
 
 from .alarms import EVENTS_MAXLEN, instance_id, key_json
+from .entries import encode
 from .keys import Keys
 
-__all__ = ["MATCHES_PER_CALL", "queue_matches"]
+__all__ = ["MATCHES_PER_CALL", "match_payload", "queue_matches", "read_match_payload"]
 
 #: KEYS: result stream, instance records, instance states (the service's), alarm events,
 #: the registry's queries. ARGV: maxlen, batch, now, query id, instance count n, the
@@ -104,11 +106,44 @@ return (#ARGV - base + 1) / 7
 MATCHES_PER_CALL = 10_000
 
 
+#: orjson reads an integer literal beyond 64 bits as a float of this magnitude or more
+_WIDEST = float(2 ** 63)
+
+
+def match_payload(key, prob: float, times, partition: str | None, records, factors) -> bytes:
+    """What the job's stateful step hands the sink of a match beside its JSON: its key,
+    probability and partition, then its times, records and factors each as the JSON its
+    entry keeps (so the sink and the archive pass them on without reading them), one per
+    line (JSON text holds no raw newline)."""
+    return b"\n".join((encode([key, prob, partition]), encode(times), encode(records) if records else b"",
+                       encode(factors) if factors else b""))
+
+
+def read_match_payload(raw: bytes) -> tuple:
+    """``(key, probability, times, partition, records, factors)`` of :func:`match_payload`,
+    times, records and factors as their JSON (None for none): a row for :func:`queue_matches`."""
+    head, times, records, factors = raw.split(b"\n", 3)
+    try:
+        key, prob, partition = orjson.loads(head)
+    except orjson.JSONDecodeError:      # a lone surrogate in a key value: the json module reads it
+        key, prob, partition = json.loads(head)
+    else:
+        if key and any(type(value) is float and not -_WIDEST < value < _WIDEST for value in key.values()):
+            key, prob, partition = json.loads(head)     # orjson reads an integer beyond 64 bits as a float
+    return key, prob, times, partition, records or None, factors or None
+
+
+def _json(value) -> bytes:
+    """A value as its JSON, or the JSON it already is."""
+    return value if type(value) is bytes else orjson.dumps(value)
+
+
 def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: int,
                   matches: Sequence[tuple], maxlen: int, at: int) -> None:
     """Queue a query's matches of one batch on ``pipe`` (the batch's MULTI/EXEC), in order:
     each ``(match JSON, key group, key, probability[, times[, partition[, records[, factors]]]]])``
-    (:class:`~penumbra.operator.Match`'s fields of those names); the stream capped at about
+    (:class:`~penumbra.operator.Match`'s fields of those names; times, records and factors
+    as values or as their JSON, :func:`read_match_payload`); the stream capped at about
     ``maxlen`` entries. ``at`` is the batch's time in milliseconds: the n-th match's entry
     id is ``<at>-<n>`` (the id the archive gives it too), and the instances it touches are
     stamped with it. ``at`` must be later than the stream's last entry's."""
@@ -136,8 +171,8 @@ def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: in
                 instance[3] = prob
             instance[4] = prob
             times, partition, records, factors = (more + [None] * 4)[:4]
-            rows += (data, group, k, orjson.dumps(times), partition or "", orjson.dumps(records) if records else "",
-                     orjson.dumps(factors) if factors else "")
+            rows += (data, group, k, _json(times), partition or "", _json(records) if records else "",
+                     _json(factors) if factors else "")
         args: list = [maxlen, batch, repr(at / 1000.0), query, len(touched), at, start]
         for iid, spelled, count, high, latest in touched:
             args += (iid, spelled, count, repr(float(high)), repr(float(latest)))

@@ -30,6 +30,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from contract.entries import encode
+from contract.results import match_payload
 from penumbra.errors import ValidationError
 from penumbra.events import collector_paused, parse_event_lines
 from penumbra.keyed import GroupState, step
@@ -116,7 +117,7 @@ class GroupProcessor(StatefulProcessor):
                 continue
             # a match's row carries its key and probability for the sink's alarm instances
             out += [(query_id, group, "m", -1, encode(m.to_json()),
-                     encode([m.key, m.prob, m.times, m.partition, m.records, m.factors])) for m in result.matches]
+                     match_payload(m.key, m.prob, m.times, m.partition, m.records, m.factors)) for m in result.matches]
             out += [(query_id, group, "l", -1, encode({"stream": late.event.stream, "id": late.event.id,
                                                        "reason": late.reason}), None) for late in result.late]
             out.append((query_id, group, "o", -1, encode(result.observations), None))

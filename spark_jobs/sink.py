@@ -23,7 +23,6 @@ import logging
 import time
 from collections import defaultdict
 
-import orjson
 import redis
 
 from contract.archive import ArchiveWriter
@@ -31,7 +30,7 @@ from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
 from contract.registry import Registry
-from contract.results import queue_matches
+from contract.results import queue_matches, read_match_payload
 from penumbra.keyed import PER_BLOCK, combine, state_part
 
 __all__ = ["Sink"]
@@ -90,7 +89,7 @@ class Sink:
         for query, group, kind, data, raw in zip(rows["qid"], rows["grp"], rows["kind"], rows["data"], rows["raw"]):
             group = int(group)
             if kind == "m":
-                matches[query].append((data, group, *orjson.loads(raw)))
+                matches[query].append((data, group, *read_match_payload(raw)))
             elif kind == "o":
                 observations[query][group] = json.loads(data)
             elif kind == "g":

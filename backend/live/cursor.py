@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import orjson
+from contract.entries import encode as entry_json
 
 __all__ = ["ZERO", "Cursor", "encode", "entry_cursor", "format_cursor", "parse_cursor"]
 
@@ -38,4 +38,6 @@ def entry_cursor(entry_id: bytes) -> Cursor:
 
 
 def encode(message: dict) -> str:
-    return orjson.dumps(message).decode()
+    """A message's JSON text (through orjson; what it cannot write, a lone surrogate in an
+    attribute or a key, or an integer beyond 64 bits, through the json module)."""
+    return entry_json(message).decode()

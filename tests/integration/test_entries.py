@@ -128,3 +128,41 @@ def test_the_live_messages_name_what_changed():
 def test_a_prefix_is_one_plain_key_segment(prefix):
     with pytest.raises(ValueError, match="prefix"):
         Keys(prefix)
+
+
+def test_a_match_payload_carries_its_parts_whatever_their_values():
+    import json
+
+    from contract.results import match_payload, read_match_payload
+
+    awkward = {"k": 2 ** 70 + 1, "s": "line\nbreak \ud800", "f": -0.0}
+    records = {"A": {"stream": "s", "id": "a\n1", "attrs": awkward}}
+    for parts in [(awkward, 0.61, {"A": [1.5, 2.0]}, "SR", records, [{"gap": 1}]),
+                  ({"k": 2 ** 70 + 1}, 0.7, {}, "LPR", None, None),
+                  (None, 1.0, {"A": [0, 1]}, None, None, None), ({"k": True}, 0.5, {}, "", {}, [])]:
+        key, prob, times, partition, kept, factors = read_match_payload(match_payload(*parts))
+        assert (key, prob, partition) == (json.loads(json.dumps(parts[0])), parts[1], parts[3])
+        assert json.loads(times) == json.loads(json.dumps(parts[2]))
+        assert (json.loads(kept) if kept else None) == (json.loads(json.dumps(parts[4])) if parts[4] else None)
+        assert (json.loads(factors) if factors else None) == (parts[5] or None)
+
+
+def test_what_orjson_cannot_write_still_reaches_the_feed_and_the_webhooks():
+    import json
+
+    from backend.live.cursor import encode as feed_message
+    from contract.entries import encode
+
+    message = {"type": "alarms", "data": {"key": {"k": "x\ud800"}, "n": 2 ** 70 + 1}}
+    assert json.loads(feed_message(message)) == message
+    assert json.loads(encode(message)) == message
+
+
+def test_a_value_utf_8_cannot_carry_gets_a_response_not_an_error():
+    import json
+
+    from backend.errors import Response
+
+    content = {"items": [{"key": {"k": "x\ud800"}, "attrs": {"name": "é"}}]}
+    assert json.loads(Response(content).body) == content
+    assert Response({"name": "é"}).body.decode() == '{"name":"é"}'     # UTF-8 as ever otherwise

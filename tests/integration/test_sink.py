@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import contract.results
+from contract.results import match_payload
 from contract.alarms import instance_id, key_json, read_instance
 from contract.registry import Registry
 from spark_jobs.processor import OUTPUT
@@ -22,20 +23,26 @@ from spark_jobs.sink import Sink
 COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
 
 
+def match_values(n: int, count: int, salt: str) -> tuple:
+    """The n-th match's key, probability, times, partition, records (every other match) and
+    factors (every fifth)."""
+    return ({"k": n % 3}, n / count, {"A": [n, n + 1]}, ["lpr", "sr", "rpr"][n % 3],
+            {"A": {"stream": "s", "id": f"{salt}{n}", "ts": {"lo": n, "hi": n + 1}, "attrs": {"k": n % 3}}}
+            if n % 2 else None,
+            [{"after": "A", "before": "B", "components": [], "gap": n, "score": 0.5}] if n % 5 == 0 else None)
+
+
 def match_rows(query: str, count: int, salt: str) -> list[tuple]:
-    """Match rows as the processor makes them: the match, and its key, probability, times,
-    partition, events (every other row) and factors (every fifth)."""
-    return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count}).encode(),
-             json.dumps([{"k": n % 3}, n / count, {"A": [n, n + 1]}, ["lpr", "sr", "rpr"][n % 3],
-                         {"A": {"stream": "s", "id": f"{salt}{n}", "ts": {"lo": n, "hi": n + 1}, "attrs": {"k": n % 3}}}
-                         if n % 2 else None,
-                         [{"after": "A", "before": "B", "components": [], "gap": n, "score": 0.5}] if n % 5 == 0
-                         else None]).encode())
-            for n in range(count)]
+    """Match rows as the processor makes them: the match, and its payload
+    (:func:`~contract.results.match_payload` of :func:`match_values`)."""
+    return [(query, n % 4, "m", -1, json.dumps({"left": f"{salt}{n}", "p": n / count, "n": n, "count": count,
+                                                "salt": salt}).encode(),
+             match_payload(*match_values(n, count, salt))) for n in range(count)]
 
 
 def expected_entry(query: str, row: tuple, batch: int) -> dict:
-    key, _, times, partition, records, factors = json.loads(row[5])
+    match = json.loads(row[4])
+    key, _, times, partition, records, factors = match_values(match["n"], match["count"], match["salt"])
     entry = {b"m": row[4], b"b": str(batch).encode(), b"g": str(row[1]).encode(),
              b"i": instance_id(query, key).encode(), b"k": key_json(key).encode(),
              b"t": json.dumps(times, separators=(",", ":")).encode(), b"p": partition.encode()}
@@ -61,7 +68,8 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
         # each key's instance counts its matches, whatever the calls
         records = {i.decode(): read_instance(r) for i, r in client.hgetall(keys.instances(query)).items()}
         assert {i: r["added"] for i, r in records.items()} == dict(Counter(
-            instance_id(query, json.loads(row[5])[0]) for row, _ in expected))
+            instance_id(query, match_values(*(json.loads(row[4])[f] for f in ("n", "count", "salt")))[0])
+            for row, _ in expected))
     assert int(client.hget(keys.batches, "job-1")) == 4
     assert int(client.hget(keys.counts, "matches")) == 23 + 5 + 9
     client.close()

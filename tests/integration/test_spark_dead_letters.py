@@ -106,3 +106,24 @@ def test_a_flood_of_bad_entries_does_not_stop_the_job(pipeline):
     assert len(dead_entries(pipeline)) - before == len(flood)
     assert_equal(pipeline.matches(query_id), local_matches(TEXT, STREAMS, [valid]), TEXT)
     pipeline.registry.remove(query_id)
+
+
+def test_a_key_json_cannot_carry_as_utf_8_is_matched_and_written(pipeline):
+    # a lone surrogate ("\ud800", which only the JSON escape can spell) and an integer beyond
+    # 64 bits as the join's key: the match reaches its stream and its alarm instance its key
+    query_id = pipeline.query_id()
+    pipeline.registry.put_streams({"lsA": {"pi": 10.0}, "lsB": {"pi": 10.0}})
+    pipeline.registry.register("SELECT * FROM lsA A, lsB B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.3",
+                               query_id=query_id)
+    lines = [b'{"stream": "lsA", "id": "a1", "ts": {"lo": 1, "hi": 2}, "attrs": {"k": "x\\ud800"}}',
+             b'{"stream": "lsB", "id": "b1", "ts": {"lo": 1, "hi": 2}, "attrs": {"k": "x\\ud800"}}',
+             b'{"stream": "lsA", "id": "a2", "ts": {"lo": 5, "hi": 6}, "attrs": {"k": 1180591620717411303425}}',
+             b'{"stream": "lsB", "id": "b2", "ts": {"lo": 5, "hi": 6}, "attrs": {"k": 1180591620717411303425}}']
+    pipeline.feed(lines)
+    pipeline.end(query_id)
+    found = sorted((m["events"]["A"], m["events"]["B"]) for m in pipeline.matches(query_id))
+    assert found == [("a1", "b1"), ("a2", "b2")]
+    keys = sorted((json.loads(fields[b"k"]) for _, fields in pipeline.client.xrange(pipeline.keys.matches(query_id))),
+                  key=str)
+    assert keys == sorted([{"k": "x\ud800"}, {"k": 2 ** 70 + 1}], key=str)
+    pipeline.registry.remove(query_id)

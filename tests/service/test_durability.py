@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from contract import Keys
+from contract.results import match_payload
 from penumbra.cli.processes import ApiServer, RedisServer
 from spark_jobs.processor import OUTPUT
 from spark_jobs.sink import Sink
@@ -98,7 +99,7 @@ def test_a_batch_the_sink_committed_survives_a_kill_of_redis_right_after(crashin
     with BusyDisk(crashing_redis.url):
         for batch in range(ROUNDS):
             rows = [("q1", n % 4, "m", -1, json.dumps({"events": {"A": f"a{batch}-{n}"}, "prob": 0.9}).encode(),
-                     json.dumps([{"k": n % 5}, 0.9, None, None]).encode()) for n in range(40)]
+                     match_payload({"k": n % 5}, 0.9, None, None, None, None)) for n in range(40)]
             sink.write(pd.DataFrame(rows, columns=columns), batch)
             restart(crashing_redis).close()
             sink._client = None          # the sink's connection died with the server
