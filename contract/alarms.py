@@ -72,6 +72,13 @@ def key_json(key: Mapping[str, Any] | None) -> str | None:
     return text
 
 
+def key_mark(key: Mapping[str, Any] | None) -> tuple | None:
+    """A key as a hashable mark: keys of equal marks spell one canonical JSON (values
+    compared by value and, for booleans, kind: true is not 1, while 1 and 1.0 are one), so
+    a batch's matches spell each key once."""
+    return None if key is None else tuple([(name, type(value) is bool, value) for name, value in key.items()])
+
+
 def instance_id(query: str, key: Mapping[str, Any] | None, spelled: str | None = None) -> str:
     """The id of the (query, key) instance; ``spelled`` is :func:`key_json` of the key when known."""
     spelled = key_json(key) if spelled is None else spelled

@@ -42,7 +42,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .alarms import instance_id, key_json
+from .alarms import instance_id, key_json, key_mark
 
 __all__ = ["ArchiveFile", "ArchiveWriter", "SCHEMA", "day_of", "files", "live", "maintain", "queries",
            "query_dir", "started"]
@@ -225,11 +225,11 @@ class ArchiveWriter:
             ids, events, probs, lo, hi, keys, alarms, groups, times, parts = [], [], [], [], [], [], [], [], [], []
             records: list[str | None] = []
             factors: list[str | None] = []
-            spelled_of: dict[tuple, tuple[str | None, str]] = {}
+            spelled_of: dict[tuple | None, tuple[str | None, str]] = {}
             for seq, (data, group, key, prob, *known) in enumerate(rows):
                 match = orjson.loads(data)
-                # a batch's matches share few keys: each spelled once (by value and kind: True is not 1)
-                marker = tuple((name, type(value).__name__, value) for name, value in key.items()) if key else ()
+                # a batch's matches share few keys: each spelled once
+                marker = key_mark(key)
                 spelled, alarm = spelled_of.get(marker) or spelled_of.setdefault(
                     marker, (key_json(key), instance_id(query, key)))
                 rng = match.get("range")

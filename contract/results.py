@@ -21,7 +21,7 @@ from typing import Sequence
 import orjson
 import redis
 
-from .alarms import EVENTS_MAXLEN, instance_id, key_json
+from .alarms import EVENTS_MAXLEN, instance_id, key_json, key_mark
 from .entries import encode
 from .keys import Keys
 
@@ -154,8 +154,7 @@ def queue_matches(pipe: redis.client.Pipeline, keys: Keys, query: str, batch: in
         touched: list[list] = []
         rows: list = []
         for data, group, key, prob, *more in chunk:
-            # the instance of a key spelled once a call: equal values spell alike, but for true and 1
-            seen = None if key is None else tuple([(name, type(value) is bool, value) for name, value in key.items()])
+            seen = key_mark(key)        # a key's instance spelled once a call
             k = known.get(seen)
             if k is None:
                 spelled = key_json(key)

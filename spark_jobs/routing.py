@@ -322,9 +322,9 @@ class Router:
             key = registry.clock_keys[unit_id]
             try:
                 if key not in clocks:
+                    # a join reads its sides' streams of the partition's columns itself
                     clocks[key] = unit.lead.clocker.clock_of(
-                        columns.take(np.concatenate([r.rows for r in read])) if unit.plan is not None
-                        else [e for r in read for e in r.events()])
+                        columns if unit.plan is not None else [e for r in read for e in r.events()])
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                 for query in unit.members:
                     broken.setdefault(query.entry["id"], failure(error))
@@ -360,12 +360,9 @@ def pack(seqs: list[int], lines: list[bytes]) -> bytes:
     return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def pack_columns(seqs: list[int], columns: EventColumns | list) -> bytes:
-    """A group's events of one read partition (their columns,
-    :class:`~penumbra.events.columns.EventColumns`, or the events) as one value: their
-    ordinals and columns."""
-    if not isinstance(columns, EventColumns):
-        columns = EventColumns.from_events(columns)
+def pack_columns(seqs: list[int], columns: EventColumns) -> bytes:
+    """A group's events of one read partition as one value: their ordinals and columns
+    (:class:`~penumbra.events.columns.EventColumns`)."""
     return pickle.dumps((seqs, columns.to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from contract import Keys, Registry
+from penumbra.events.columns import EventColumns
 from penumbra.keygroups import key_hash
 from spark_jobs.routing import CONTROL, Router, compiled, unpack, unpack_columns
 
@@ -89,7 +90,7 @@ def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
     assert unpack([earlier]) == [b"e1", b"e6"]
 
     def events(*ids):
-        return [parse_event({"stream": "ra", "id": i, "ts": {"lo": 0, "hi": 1}}) for i in ids]
+        return EventColumns.from_events([parse_event({"stream": "ra", "id": i, "ts": {"lo": 0, "hi": 1}}) for i in ids])
 
     later, earlier = pack_columns([5, 7], events("e5", "e7")), pack_columns([1, 6], events("e1", "e6"))
     assert unpack_columns([later, earlier]).ids.tolist() == ["e1", "e5", "e6", "e7"]

@@ -33,7 +33,7 @@ class Runs:
         self.pending = list(scripts)
         self.outcomes: dict[str, tuple[int, str, str]] = {}
         self.running: dict[str, subprocess.Popen] = {}
-        self.lock, self.done = threading.Lock(), threading.Condition()
+        self.done = threading.Condition()
         self.stopping = False
         self.lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(AT_ONCE)]
         for lane in self.lanes:
@@ -41,7 +41,7 @@ class Runs:
 
     def _lane(self) -> None:
         while True:
-            with self.lock:
+            with self.done:
                 if self.stopping or not self.pending:
                     return
                 script = self.pending.pop(0)
@@ -69,7 +69,7 @@ class Runs:
             return self.outcomes[script]
 
     def stop(self) -> None:
-        with self.lock:
+        with self.done:
             self.stopping = True
             for process in self.running.values():
                 _kill(process)
