@@ -26,6 +26,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 __all__ = ["KeyGroup", "Routing", "key_hash"]
 
 #: Roles of each stream a query reads (case-folded stream name -> attribute tuples):
@@ -86,6 +88,9 @@ class Routing:
         self.roles = {stream.casefold(): tuple(attrs) for stream, attrs in roles.items()}
         keyed = any(attributes for attrs in self.roles.values() for attributes in attrs)
         self.count = count if keyed else 1
+        #: each stream's key attributes, role after role (what a key's cache entry holds)
+        self._names = {stream: [name for attributes in attrs for name in attributes]
+                       for stream, attrs in self.roles.items()}
         self._known: dict[tuple, list[int]] = {}
 
     def groups(self, stream: str, attrs: Mapping[str, Any]) -> list[int]:
@@ -97,12 +102,53 @@ class Routing:
         if self.count == 1:
             return [0]
         # the key's values spell the same in the cache as in key_hash: 1, 1.0 and True alike
-        known = (stream.casefold(), *(attrs.get(name) for attributes in roles for name in attributes))
+        names = self._names[stream.casefold()]
+        return self._cached(roles, (stream.casefold(), *[attrs.get(name) for name in names]), names)
+
+    def assign(self, stream: str, attrs: Sequence[Mapping[str, Any]]) -> dict[int, np.ndarray]:
+        """:meth:`groups` for a block of events of ``stream`` with these attributes: each
+        group's positions in the block, ascending (groups that get none left out). The
+        groups are found once per key value the block holds, not once per event.
+
+        >>> routing = Routing({"s": [("k",)]}, 4)
+        >>> shares = routing.assign("s", [{"k": 1}, {"k": 2}, {"k": 1.0}])
+        >>> sorted(shares[key_hash((1,)) % 4].tolist())
+        [0, 2]
+        """
+        roles = self.roles.get(stream.casefold())
+        n = len(attrs)
+        if roles is None or n == 0:
+            return {}
+        if self.count == 1:
+            return {0: np.arange(n)}
+        folded = stream.casefold()
+        names = self._names[folded]
+        # a key value's code: values the operators take as one (1, 1.0, True) share it, as they share a group
+        codes_of: dict = {}
+        code = codes_of.setdefault
+        if len(names) == 1:
+            name = names[0]
+            values = [code(a.get(name), len(codes_of)) for a in attrs]
+        else:
+            values = [code(tuple([a.get(name) for name in names]), len(codes_of)) for a in attrs]
+        codes = np.asarray(values, dtype=np.int64)
+        member = np.zeros((self.count, len(codes_of)), dtype=bool)
+        for key, index in codes_of.items():
+            member[self._cached(roles, (folded, key) if len(names) == 1 else (folded, *key), names), index] = True
+        out = {}
+        for group in range(self.count):
+            positions = np.flatnonzero(member[group][codes])
+            if len(positions):
+                out[group] = positions
+        return out
+
+    def _cached(self, roles: Sequence[tuple[str, ...]], known: tuple, names: list[str]) -> list[int]:
+        """The groups of the key ``known`` (the stream, then the values of ``names``), remembered."""
         found = self._known.get(known)
         if found is None:
             if len(self._known) >= self.CACHED_KEYS:
                 self._known.clear()
-            found = self._known[known] = self._groups(roles, attrs)
+            found = self._known[known] = self._groups(roles, dict(zip(names, known[1:])))
         return found
 
     def _groups(self, roles: Sequence[tuple[str, ...]], attrs: Mapping[str, Any]) -> list[int]:

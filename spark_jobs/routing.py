@@ -90,10 +90,9 @@ class _Read:
     events themselves made only for a query that reads events (a pattern or lossy one)."""
 
     def __init__(self, columns: EventColumns, rows: np.ndarray):
-        self.rows = rows.tolist()
+        self.rows = rows
         self.columns = columns.take(rows)
         self._events: list | None = None
-        self._names: tuple[list, list] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -102,11 +101,6 @@ class _Read:
         if self._events is None:
             self._events = [self.columns.event(i) for i in range(len(self.rows))]
         return self._events
-
-    def names_and_attrs(self) -> tuple[list, list]:
-        if self._names is None:
-            self._names = (self.columns.streams.tolist(), self.columns.attrs.tolist())
-        return self._names
 
 
 def failure(error: BaseException) -> str:
@@ -251,36 +245,37 @@ class Router:
         events_in = [entry for entry in entries if entry[2] == EVENT_FIELD]
         # parsed straight into columns: the common event never becomes an object here
         columns, kept, errors = EventColumns.parse([data for _, _, _, data in events_in], registry.streams)
-        refused = dict(errors)
-        at = 0
-        for seq, entry, field, data in entries:
-            if field == EVENT_FIELD:
-                if at in refused:
-                    _reject(rows, seq, entry, str(refused[at]), data, version)
-                at += 1
-            elif field == CONTROL_FIELD:
-                self.ended.update(_end_mark(data, registry))
-                rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
-            else:
-                _reject(rows, seq, entry, f"unknown entry field {field!r} (expected {EVENT_FIELD!r}, an event)", data,
-                        version)
+        if errors or len(events_in) < len(entries):
+            refused = dict(errors)
+            at = 0
+            for seq, entry, field, data in entries:
+                if field == EVENT_FIELD:
+                    if at in refused:
+                        _reject(rows, seq, entry, str(refused[at]), data, version)
+                    at += 1
+                elif field == CONTROL_FIELD:
+                    self.ended.update(_end_mark(data, registry))
+                    rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
+                else:
+                    _reject(rows, seq, entry, f"unknown entry field {field!r} (expected {EVENT_FIELD!r}, an event)",
+                            data, version)
         kept_list = kept.tolist()
-        seqs = [events_in[i][0] for i in kept_list]
-        datas = [events_in[i][3] for i in kept_list]
-        # the partition's valid events by stream, as columns
+        seqs = np.asarray([events_in[i][0] for i in kept_list], dtype=np.int64)
+        # the partition's valid events by stream (case folded), as columns
+        code_of: dict[str, int] = {}
+        codes = np.asarray([code_of.setdefault(name, len(code_of)) for name in columns.streams.tolist()],
+                           dtype=np.int64)
         rows_of: dict[str, list[int]] = {}
-        for row, stream in enumerate(columns.folded.tolist()):
-            found = rows_of.get(stream)
-            if found is None:
-                found = rows_of[stream] = []
-            found.append(row)
-        by_stream = {stream: _Read(columns, np.asarray(found, dtype=np.int64)) for stream, found in rows_of.items()}
+        for name, code in code_of.items():
+            rows_of.setdefault(name.casefold(), []).append(code)
+        by_stream = {stream: _Read(columns, np.flatnonzero(np.isin(codes, found)))
+                     for stream, found in rows_of.items()}
         # each unit gets the events some running query of it is concerned with (their one-source
         # conditions decided for the whole block at once), so a selective query costs what it keeps
-        blocks: dict[tuple[str, int], list[int]] = {}
+        blocks: dict[tuple[str, int], list[np.ndarray]] = {}
         for stream, read in by_stream.items():
-            # units keyed alike send an event to the same groups: found once per event
-            groups_of: dict[tuple, list] = {}
+            # units keyed alike send an event to the same groups: found once per stream
+            groups_of: dict[tuple, dict[int, np.ndarray]] = {}
             for unit in registry.readers.get(stream, ()):
                 concerned = np.zeros(len(read), dtype=bool)
                 for query in unit.members:
@@ -292,21 +287,15 @@ class Router:
                             broken[query.entry["id"]] = failure(error)
                 routing = unit.lead.routing
                 alike = (tuple(sorted(routing.roles.items())), routing.count)
-                known = groups_of.get(alike)
-                if known is None:
-                    known = groups_of[alike] = [None] * len(read)
                 try:
-                    names, attrs = read.names_and_attrs()
-                    for i in np.flatnonzero(concerned).tolist():
-                        groups = known[i]
-                        if groups is None:
-                            groups = known[i] = routing.groups(names[i], attrs[i])
-                        row = read.rows[i]
-                        for group in groups:
-                            block = blocks.get((unit.id, group))
-                            if block is None:
-                                block = blocks[unit.id, group] = []
-                            block.append(row)
+                    shares = groups_of.get(alike)
+                    if shares is None:
+                        shares = groups_of[alike] = routing.assign(stream, read.columns.attrs.tolist())
+                    every = bool(concerned.all())
+                    for group, positions in shares.items():
+                        taken = positions if every else positions[concerned[positions]]
+                        if len(taken):
+                            blocks.setdefault((unit.id, group), []).append(read.rows[taken])
                 except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                     for query in unit.members:
                         broken.setdefault(query.entry["id"], failure(error))
@@ -335,15 +324,16 @@ class Router:
             unit_id = registry.unit_of.get(query_id)
             if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
                 self.clocks.pop(unit_id, None)
-        for (unit_id, group), block in blocks.items():
+        for (unit_id, group), parts in blocks.items():
             unit = registry.units[unit_id]
             if all(q.entry["id"] in broken for q in unit.members):
                 continue
-            # a join plan takes its events as columns, built here where they are parsed; other
-            # queries take the JSON lines
-            block_seqs = [seqs[row] for row in block]
-            data = pack_columns(block_seqs, columns.take(np.asarray(block, dtype=np.int64))) if unit.plan is not None \
-                else pack(block_seqs, [datas[row] for row in block])
+            # in arrival order; a join plan takes its events as columns, built here where they
+            # are parsed, other queries take the JSON lines
+            block = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            block_seqs = seqs[block].tolist()
+            data = pack_columns(block_seqs, columns.take(block)) if unit.plan is not None \
+                else pack(block_seqs, [events_in[kept_list[row]][3] for row in block.tolist()])
             rows.append((unit_id, group, block_seqs[0], "b", data, None, version,
                          _slot(unit_id, group, self.partitions)))
         return rows
@@ -375,8 +365,9 @@ def unpack_columns(blocks) -> EventColumns:
         seqs += more_seqs
         parts.append(EventColumns.from_bytes(data))
     columns = EventColumns.concat(parts)
-    if any(later < earlier for earlier, later in zip(seqs, seqs[1:])):
-        columns = columns.take(np.argsort(np.asarray(seqs), kind="stable"))
+    ordinals = np.asarray(seqs, dtype=np.int64)
+    if (ordinals[1:] < ordinals[:-1]).any():
+        columns = columns.take(np.argsort(ordinals, kind="stable"))
     return columns
 
 
@@ -388,8 +379,9 @@ def unpack(blocks) -> list[bytes]:
         more_seqs, more_lines = pickle.loads(block)
         seqs += more_seqs
         lines += more_lines
-    if any(later < earlier for earlier, later in zip(seqs, seqs[1:])):
-        lines = [line for _, line in sorted(zip(seqs, lines), key=lambda pair: pair[0])]
+    ordinals = np.asarray(seqs, dtype=np.int64)
+    if (ordinals[1:] < ordinals[:-1]).any():
+        lines = [lines[i] for i in np.argsort(ordinals, kind="stable").tolist()]
     return lines
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import ValidationError
 from ..timestamps import Histogram
-from .model import Event, _TemplateBlock, _event
+from .model import _WIDEST_INTEGER, Event, _TemplateBlock, _common, _event
 from .streams import Streams, parse_streams
 
 try:
@@ -33,8 +33,6 @@ __all__ = [
 #: Lines of a file parsed as one block (:func:`read_events`).
 _READ_BLOCK = 10_000
 MAX_LINE_BYTES = 1 << 20
-#: orjson reads an integer literal beyond 64 bits as a float of this magnitude or more.
-_WIDEST_INTEGER = float(2 ** 63)
 
 
 class Rejected(NamedTuple):
@@ -131,8 +129,24 @@ def _decoded(raw: str | bytes | Mapping[str, Any]) -> tuple[Any, bool]:
     return raw, False
 
 
+def _common_line(raw: Any, streams: Any) -> tuple | None:
+    """The common event's fields (:func:`~penumbra.events.model._common`) of a line of
+    bytes, read by orjson alone; None for anything else, which :func:`_decoded` reads. The
+    common event's attributes hold no float as wide as an integer orjson reads wrongly, so
+    orjson's reading of it is the json module's."""
+    if orjson is not None and type(raw) is bytes and len(raw) <= MAX_LINE_BYTES:
+        try:
+            return _common(orjson.loads(raw), streams)
+        except orjson.JSONDecodeError:
+            return None
+    return None
+
+
 def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None,
                block: _TemplateBlock | None = None) -> Event | None:
+    common = _common_line(raw, streams)
+    if common is not None:
+        return _event(None, streams, True, block, common)
     obj, decoded = _decoded(raw)
     return _event(obj, streams, decoded, block)
 

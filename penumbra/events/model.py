@@ -79,6 +79,8 @@ _MISSING = object()
 _NO_ATTRS: Mapping[str, Scalar] = MappingProxyType({})
 _PLAIN_NUMBERS = (int, float)
 _LARGEST = sys.float_info.max
+#: orjson reads an integer literal beyond 64 bits as a float of this magnitude or more.
+_WIDEST_INTEGER = float(2 ** 63)
 
 
 def _plain_interval(value: Any) -> Interval | None:
@@ -153,15 +155,17 @@ def parse_event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None =
 
 
 def _event(obj: Any, streams: Streams | Mapping[str, StreamParams] | None, decoded: bool,
-           block: _TemplateBlock | None = None) -> Event | None:
+           block: _TemplateBlock | None = None, common: tuple | None = None) -> Event | None:
     """:func:`parse_event`; ``decoded``: ``obj`` was just decoded from JSON, so nobody else
     holds its attributes and they need no copy.
 
     The common event -- names already seen, an interval of plain numbers, scalar
     attributes -- is accepted in one pass over exact JSON types; anything else, valid or
     not, takes the full checks, which name the field at fault. With ``block``, a common
-    event with a template timestamp is left to the block to resolve (None is returned)."""
-    common = _common(obj, streams)
+    event with a template timestamp is left to the block to resolve (None is returned).
+    ``common``: the common event's fields, found already (``obj`` is then not needed)."""
+    if common is None:
+        common = _common(obj, streams)
     if common is None:
         return _checked_event(obj, streams)
     stream, event_id, interval, template, attrs = common
@@ -185,8 +189,11 @@ def _common(obj: Any, streams: Any) -> tuple[str, str, Interval | None, tuple | 
                 and 0 < len(event_id) <= MAX_ID_LENGTH and event_id.isprintable() \
                 and len(obj) == (4 if attrs is not _NO_ATTRS else 3):
             ts = obj.get("ts")
-            interval = _plain_interval(ts)
-            template = None if interval is not None else _plain_template(ts, stream, streams)
+            if type(ts) is dict and "template" in ts:
+                interval, template = None, _plain_template(ts, stream, streams)
+            else:
+                interval = _plain_interval(ts)
+                template = None if interval is not None else _plain_template(ts, stream, streams)
             if (interval is not None or template is not None) \
                     and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
                 return stream, event_id, interval, template, attrs
@@ -238,7 +245,9 @@ class _TemplateBlock:
 
 def _plain_attrs(attrs: dict) -> bool:
     """Whether every attribute has a name already seen and a value of an exact JSON scalar
-    type within bounds (else :func:`_attrs` says what is wrong, or accepts it the long way)."""
+    type within bounds (else :func:`_attrs` says what is wrong, or accepts it the long way).
+    A float as wide as an integer beyond 64 bits takes the long way too: orjson reads such
+    an integer as that float, so a line orjson read with one is read again (codec)."""
     if len(attrs) > MAX_ATTRS:
         return False
     for key, item in attrs.items():
@@ -246,7 +255,7 @@ def _plain_attrs(attrs: dict) -> bool:
             return False
         kind = type(item)
         if kind is float:
-            if not -_LARGEST <= item <= _LARGEST:
+            if not -_WIDEST_INTEGER < item < _WIDEST_INTEGER:
                 return False
         elif kind is str:
             if len(item) > MAX_STRING_LENGTH:

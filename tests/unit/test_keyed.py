@@ -257,6 +257,35 @@ def test_routing_sends_unkeyed_roles_everywhere_and_unread_streams_nowhere():
     assert Routing({"s": [()]}, 5).count == 1
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_routing_a_block_sends_each_event_where_its_key_hash_says(seed):
+    """Routing.assign over a block: each group gets the positions of the events whose key
+    (in any of the stream's roles) hashes to it, or of every event of a role not keyed;
+    1, 1.0 and True alike, "1" and None apart, a missing attribute as None."""
+    rng = np.random.default_rng(seed)
+    values = [1, 1.0, True, False, 0, -0.0, "1", "a", "b", None, 2.5, 10 ** 20, "\ud800"]
+    count = int(rng.integers(1, 7))
+    roles = {"s": [("x",)], "t": [("x",), ("y",)], "u": [("x", "y")], "v": [("x",), ()]}
+    routing = Routing(roles, count)
+    for _ in range(3):      # a second and third block meet keys the cache knows
+        for stream in ("S", "t", "u", "v", "w"):
+            block = []
+            for _ in range(int(rng.integers(0, 40))):
+                attrs = {name: values[int(rng.integers(len(values)))] for name in ("x", "y") if rng.random() < 0.9}
+                block.append(attrs)
+            expected: dict[int, list[int]] = {}
+            for position, attrs in enumerate(block):
+                groups = set()
+                for attributes in roles.get(stream.casefold(), []):
+                    groups |= set(range(count)) if not attributes else \
+                        {key_hash([attrs.get(name) for name in attributes]) % count}
+                for group in groups:
+                    expected.setdefault(group, []).append(position)
+            got = routing.assign(stream, block)
+            assert {group: positions.tolist() for group, positions in got.items()} == expected
+            assert all(positions.dtype == np.int64 for positions in got.values())
+
+
 def test_merge_and_due():
     assert merge_clocks({"a": 1.0}, {"a": 3.0, "b": -2.0}, {}) == {"a": 3.0, "b": -2.0}
     assert is_due({"a": 2.0}, {"a": 2.5}) and not is_due({"a": 2.0}, {"a": 2.0})
