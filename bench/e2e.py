@@ -6,7 +6,9 @@ client subscribed to its matches. At each rate, events are POSTed in batches eve
 (one kept-alive connection, as ``penumbra replay`` does); a match's latency is the time
 its message reaches the client minus the time the POST carrying its later event was
 answered (one clock: this process). p50 and p99 per rate, then a ladder of higher rates
-climbed while p99 stays within 2 s (the highest rate sustained); a report with plots in bench/out/e2e{,_quick}.md.
+climbed while the rate is sustained: posted at the rate in requests the API takes, nothing
+refused, every match the core finds in the events received, p99 within 2 s; a report with
+plots in bench/out/e2e{,_quick}.md.
 
     .venv/bin/python bench/e2e.py                 # 1,000 and 10,000 events/s, 20 s each, then the ladder
     .venv/bin/python bench/e2e.py --quick         # a smoke run: 1,000 events/s for 4 s
@@ -39,7 +41,9 @@ from penumbra.cli.processes import Child, free_port  # noqa: E402
 QUERY_ID = "e2e"
 TARGET_P99 = 2.0
 #: rates above the target's, climbed until one misses p99 <= 2 s
-LADDER = (15_000, 20_000, 25_000, 30_000)
+LADDER = (15_000, 20_000, 25_000, 30_000, 35_000, 40_000)
+#: events a request carries at most (the API takes 10,000 by default)
+REQUEST_EVENTS = 5_000
 
 
 class Up:
@@ -128,14 +132,18 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
         while sent < count:
             due = min(count, int((time.monotonic() - started) * rate) + 1)
             if due - sent >= max(1, rate // 40) or due == count:
-                before = time.monotonic()
-                sink.send(encoded[sent:due], tally)
-                now = time.monotonic()
-                post_s.append(now - before)
-                wall = time.time()
-                for event_id in ids[sent:due]:
-                    posted[event_id] = now
-                    posted_wall[event_id] = wall
+                # what is due, in requests the API takes (a client that fell behind does not
+                # send one request over the API's cap, which it would refuse whole)
+                for first in range(sent, due, REQUEST_EVENTS):
+                    last = min(due, first + REQUEST_EVENTS)
+                    before = time.monotonic()
+                    sink.send(encoded[first:last], tally)
+                    now = time.monotonic()
+                    post_s.append(now - before)
+                    wall = time.time()
+                    for event_id in ids[first:last]:
+                        posted[event_id] = now
+                        posted_wall[event_id] = wall
                 sent = due
             else:
                 time.sleep(0.005)
@@ -168,9 +176,31 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
               **job_stages(url, token, window_start)}
     last = max(json.loads(line)["ts"]["detected"] for line in lines)
     return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
-            "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
+            "expected": core_matches(lines), "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
             "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
             "delays_s": delays_s, **stages}
+
+
+def core_matches(lines: list[str]) -> int:
+    """How many matches the core finds in these events (one operator, in blocks): every
+    one must reach the client for a rate to count as sustained."""
+    from penumbra.engine import build_operator
+    from penumbra.events import parse_events, parse_streams
+    from penumbra.query import parse
+
+    streams = parse_streams(STREAMS)
+    operator = build_operator(parse(QUERY), streams)
+    found = 0
+    for first in range(0, len(lines), 100_000):
+        found += len(operator.feed(parse_events(lines[first:first + 100_000], streams)[0]).matches)
+    return found + len(operator.flush().matches)
+
+
+def sustained(result: dict) -> bool:
+    """Posted at the offered rate (within 5 %), nothing refused, every match the core finds
+    received, and p99 within the target."""
+    return (result["p99_s"] <= TARGET_P99 and result["achieved_rate"] >= 0.95 * result["rate"]
+            and result["rejected"] == 0 and result["matches"] == result["expected"])
 
 
 def job_stages(url: str, token: str, since: float) -> dict:
@@ -221,8 +251,9 @@ def main() -> None:
                 result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet)
                 offset = result["last"] + 1_000_000.0
                 results.append(result)
-                report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted): {result['matches']:,} "
-                           f"matches, latency p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s, "
+                report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted, {result['rejected']:,} "
+                           f"refused): {result['matches']:,} matches of the core's {result['expected']:,}, "
+                           f"latency p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s, "
                            f"max {result['max_s']:.2f} s")
                 report.say(f"        stages: POST {result['post_p50_ms']:.0f} ms p50 / {result['post_p99_ms']:.0f} ms "
                            f"p99 a request; POST answered -> match written p50 {result['written_p50_s']:.2f} s / "
@@ -230,7 +261,7 @@ def main() -> None:
                            f"p99 {result['feed_p99_s']:.2f} s; the job: {result.get('batches', 0)} batches of "
                            f"{result.get('rows_per_batch', 0):,.0f} rows, p50 {result.get('batch_p50_ms', 0):,.0f} ms, "
                            f"max {result.get('batch_max_ms', 0):,.0f} ms, lag up to {result.get('lag_max_s', 0):.1f} s")
-                if rate in ladder and (result["p99_s"] > TARGET_P99 or result["achieved_rate"] < 0.95 * rate):
+                if rate in ladder and not sustained(result):
                     break
         finally:
             if listener:
@@ -241,10 +272,9 @@ def main() -> None:
         verdict = "meets" if found["p50_s"] <= 1 and found["p99_s"] <= 2 else "misses"
         report.say(f"at {rate:,} ev/s: p50 {found['p50_s']:.2f} s, p99 {found['p99_s']:.2f} s — {verdict} the "
                    f"target (p50 <= 1 s, p99 <= 2 s at 10,000 ev/s)")
-    # sustained: posted at the offered rate (within 5 %) and answered within the target
-    sustained = [r["rate"] for r in results if r["p99_s"] <= TARGET_P99 and r["achieved_rate"] >= 0.95 * r["rate"]]
-    report.say(f"highest rate measured with p99 <= {TARGET_P99:g} s: "
-               f"{max(sustained):,} ev/s" if sustained else f"no rate measured had p99 <= {TARGET_P99:g} s")
+    kept = [r["rate"] for r in results if sustained(r)]
+    report.say(f"highest rate sustained (posted at the rate, nothing refused, every match received, p99 <= "
+               f"{TARGET_P99:g} s): {max(kept):,} ev/s" if kept else "no rate measured was sustained")
 
     import matplotlib
     matplotlib.use("Agg")
