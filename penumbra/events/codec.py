@@ -130,11 +130,14 @@ def _decoded(raw: str | bytes | Mapping[str, Any]) -> tuple[Any, bool]:
 
 
 def _common_line(raw: Any, streams: Any) -> tuple | None:
-    """The common event's fields (:func:`~penumbra.events.model._common`) of a line of
-    bytes, read by orjson alone; None for anything else, which :func:`_decoded` reads. The
-    common event's attributes hold no float as wide as an integer orjson reads wrongly, so
-    orjson's reading of it is the json module's."""
-    if orjson is not None and type(raw) is bytes and len(raw) <= MAX_LINE_BYTES:
+    """The common event's fields (:func:`~penumbra.events.model._common`) of a line (bytes,
+    or text short enough to be within the size limit whatever its characters), read by
+    orjson alone; None for anything else, which :func:`_decoded` reads. The common event's
+    attributes hold no float as wide as an integer orjson reads wrongly, so orjson's reading
+    of it is the json module's."""
+    kind = type(raw)
+    if orjson is not None and (kind is bytes and len(raw) <= MAX_LINE_BYTES
+                               or kind is str and len(raw) <= MAX_LINE_BYTES // 4):
         try:
             return _common(orjson.loads(raw), streams)
         except orjson.JSONDecodeError:
