@@ -365,10 +365,8 @@ def unpack_columns(blocks) -> EventColumns:
         seqs += more_seqs
         parts.append(EventColumns.from_bytes(data))
     columns = EventColumns.concat(parts)
-    ordinals = np.asarray(seqs, dtype=np.int64)
-    if (ordinals[1:] < ordinals[:-1]).any():
-        columns = columns.take(np.argsort(ordinals, kind="stable"))
-    return columns
+    order = _arrival_order(seqs)
+    return columns.take(order) if order is not None else columns
 
 
 def unpack(blocks) -> list[bytes]:
@@ -379,10 +377,15 @@ def unpack(blocks) -> list[bytes]:
         more_seqs, more_lines = pickle.loads(block)
         seqs += more_seqs
         lines += more_lines
+    order = _arrival_order(seqs)
+    return [lines[i] for i in order.tolist()] if order is not None else lines
+
+
+def _arrival_order(seqs: list[int]) -> np.ndarray | None:
+    """The order that puts blocks' events given by their ordinals in arrival order (None:
+    they are in it already)."""
     ordinals = np.asarray(seqs, dtype=np.int64)
-    if (ordinals[1:] < ordinals[:-1]).any():
-        lines = [lines[i] for i in np.argsort(ordinals, kind="stable").tolist()]
-    return lines
+    return np.argsort(ordinals, kind="stable") if (ordinals[1:] < ordinals[:-1]).any() else None
 
 
 def _slot(query_id: str, group: int, partitions: int) -> int:

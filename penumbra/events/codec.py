@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import ValidationError
 from ..timestamps import Histogram
-from .model import _WIDEST_INTEGER, Event, _TemplateBlock, _common, _event
+from .model import _WIDEST_INTEGER, Event, _TemplateBlock, _checked_event, _common, _event
 from .streams import Streams, parse_streams
 
 try:
@@ -145,13 +145,20 @@ def _common_line(raw: Any, streams: Any) -> tuple | None:
     return None
 
 
-def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None,
-               block: _TemplateBlock | None = None) -> Event | None:
+def _read_common(raw: str | bytes | Mapping[str, Any], streams: Any) -> tuple[Any, bool, tuple | None]:
+    """A raw event as ``(object, just decoded, the common event's fields or None)``: a
+    common line read by orjson alone (its object is not needed then), else read in full."""
     common = _common_line(raw, streams)
     if common is not None:
-        return _event(None, streams, True, block, common)
+        return None, True, common
     obj, decoded = _decoded(raw)
-    return _event(obj, streams, decoded, block)
+    return obj, decoded, _common(obj, streams)
+
+
+def _parse_raw(raw: str | bytes | Mapping[str, Any], streams: Streams | None,
+               block: _TemplateBlock | None = None) -> Event | None:
+    obj, decoded, common = _read_common(raw, streams)
+    return _event(obj, streams, decoded, block, common) if common is not None else _checked_event(obj, streams)
 
 
 def parse_event_line(line: str | bytes, streams: Streams | None = None) -> Event:

@@ -29,8 +29,8 @@ import orjson
 
 from ..errors import ValidationError
 from ..timestamps import Histogram, HistogramBlock, Interval
-from .codec import _common_line, _decoded, collector_paused
-from .model import _NO_ATTRS, Event, _checked_event, _common
+from .codec import _read_common, collector_paused
+from .model import _NO_ATTRS, Event, _checked_event
 from .streams import Streams
 
 __all__ = ["EventColumns"]
@@ -92,10 +92,7 @@ class EventColumns:
         with collector_paused():
             for index, raw in enumerate(raws):
                 try:
-                    common, decoded = _common_line(raw, streams), True
-                    if common is None:
-                        obj, decoded = _decoded(raw)
-                        common = _common(obj, streams)
+                    obj, decoded, common = _read_common(raw, streams)
                     if common is None or (common[2] is not None and not common[2].lo < common[2].hi):
                         # anything else, valid or not (a point interval: an event, no continuous reading)
                         event = _checked_event(obj, streams) if common is None else \
