@@ -84,6 +84,47 @@ class Up:
         self.child.stop()
 
 
+#: The parts of ``penumbra up`` a process belongs to, by what its command line holds (the
+#: first that matches), and the share of the bench's own process (the client and the listener).
+PARTS = (("redis", "redis-server"), ("job: JVM", "java"), ("job: Python workers", "pyspark"),
+         ("job: driver", "spark_jobs"), ("API", "backend"))
+CLIENT = "client (this process)"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(root: int) -> dict[str, float]:
+    """CPU seconds used so far by each part of the process tree under ``root`` (user and
+    system, with the children each has reaped), and by this process."""
+    parents, spent = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        spent[int(entry)] = sum(int(value) for value in fields[11:15]) / _TICK
+    parts = {name: 0.0 for name, _ in PARTS} | {"penumbra up": 0.0}
+    for pid in spent:
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor != root:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        name = next((name for name, word in PARTS if word in command), "penumbra up")
+        parts[name] += spent[pid]
+    mine = os.times()
+    parts[CLIENT] = mine.user + mine.system
+    return parts
+
+
 class Listener:
     """A websocket client of the live feed: when each match of the query arrived."""
 
@@ -114,8 +155,9 @@ class Listener:
 
 
 def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float, offset: float,
-             tag: str, quiet: float = 10.0) -> dict:
-    """POST ``rate`` events/s for ``seconds``; the latency of every match of these events."""
+             tag: str, quiet: float = 10.0, root: int | None = None) -> dict:
+    """POST ``rate`` events/s for ``seconds``; the latency of every match of these events,
+    and (with ``root``, the pid of ``penumbra up``) the CPU each part spent an event."""
     count = int(rate * seconds)
     lines = shifted(intrusions(count, seed=rate), tag, offset)
     posted: dict[str, float] = {}
@@ -126,6 +168,7 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     tally = Tally()
     start_mark = len(listener.arrived)
     window_start = time.time()
+    cpu_before = process_cpu(root) if root else {}
     with ApiSink(url, token) as sink:
         started = time.monotonic()
         sent = 0
@@ -151,13 +194,18 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     # until a match came and then none for ``quiet`` seconds (at most 2 minutes without any, 10 in all)
     quiet_since, seen = time.monotonic(), len(listener.arrived)
     begun = time.monotonic()
+    # the CPU spent until the last match came (not the quiet wait after it)
+    cpu_after, cpu_end = (process_cpu(root) if root else {}), time.monotonic()
     while time.monotonic() - begun < 600:
         time.sleep(0.5)
         if len(listener.arrived) != seen:
             seen, quiet_since = len(listener.arrived), time.monotonic()
+            cpu_after, cpu_end = (process_cpu(root) if root else {}), time.monotonic()
         idle = time.monotonic() - quiet_since
         if (seen > start_mark and idle >= quiet) or (seen == start_mark and idle >= 120):
             break
+    cpu_us = {name: 1e6 * (cpu_after[name] - cpu_before.get(name, 0.0)) / count for name in cpu_after}
+    cpu_us["cores"] = sum(cpu_us.values()) * count / 1e6 / max(cpu_end - started, 1e-9)
     mine = [(at, match, wall, entry) for at, match, wall, entry in listener.arrived[start_mark:]
             if all(e in posted for e in match["events"].values())]
     delays = [at - max(posted[e] for e in match["events"].values()) for at, match, _, _ in mine]
@@ -178,7 +226,7 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
             "expected": core_matches(lines), "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
             "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
-            "delays_s": delays_s, **stages}
+            "delays_s": delays_s, "cpu_us": cpu_us, **stages}
 
 
 def core_matches(lines: list[str]) -> int:
@@ -248,7 +296,8 @@ def main() -> None:
             offset = warm["last"] + 1_000_000.0
             ladder = () if args.quick or args.no_ladder else LADDER
             for rate in (*rates, *ladder):
-                result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet)
+                result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet,
+                                  root=up.child.pid)
                 offset = result["last"] + 1_000_000.0
                 results.append(result)
                 report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted, {result['rejected']:,} "
@@ -261,6 +310,11 @@ def main() -> None:
                            f"p99 {result['feed_p99_s']:.2f} s; the job: {result.get('batches', 0)} batches of "
                            f"{result.get('rows_per_batch', 0):,.0f} rows, p50 {result.get('batch_p50_ms', 0):,.0f} ms, "
                            f"max {result.get('batch_max_ms', 0):,.0f} ms, lag up to {result.get('lag_max_s', 0):.1f} s")
+                spent = result["cpu_us"]
+                report.say("        CPU, µs an event: " + ", ".join(f"{name} {spent[name]:.1f}" for name in spent
+                                                                 if name != "cores")
+                           + f"; {sum(v for k, v in spent.items() if k != 'cores'):.1f} in all, "
+                           f"{spent['cores']:.2f} cores busy until the last match")
                 if rate in ladder and not sustained(result):
                     break
         finally:

@@ -127,3 +127,38 @@ def test_a_key_json_cannot_carry_as_utf_8_is_matched_and_written(pipeline):
                   key=str)
     assert keys == sorted([{"k": "x\ud800"}, {"k": 2 ** 70 + 1}], key=str)
     pipeline.registry.remove(query_id)
+
+
+def _reported(pipeline, timeout: float = 120.0) -> list[tuple[bytes, dict]]:
+    """The job's progress reports, once the last committed micro-batch has reported (they
+    are written after the commit)."""
+    job = json.loads((pipeline.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"]
+    deadline = time.monotonic() + timeout
+    while True:
+        done = int(pipeline.client.hget(pipeline.keys.batches, job) or -1)
+        reports = [(entry, json.loads(fields[b"metrics"]))
+                   for entry, fields in pipeline.client.xrange(pipeline.keys.metrics)]
+        if reports and reports[-1][1]["batch"] >= done:
+            return reports
+        assert time.monotonic() < deadline, f"no progress report of batch {done}"
+        time.sleep(0.05)
+
+
+def test_each_micro_batch_reports_the_entries_it_read_and_its_durations(pipeline):
+    pipeline.registry.put_streams(STREAMS)
+    pipeline.sync()
+    seen = {entry for entry, _ in _reported(pipeline)}
+    events = merged(intervals("mr", "A", 0.0, 40, seed=31), intervals("mr", "B", 1.0, 40, seed=32))
+    lines = [json.dumps({"stream": "dl" + e.stream[2:], "id": e.id, "ts": e.ts.to_json()}).encode() for e in events]
+    pipeline.feed(lines[:50])
+    pipeline.sync()
+    pipeline.feed(lines[50:])
+    pipeline.sync()
+    new = [report for entry, report in _reported(pipeline) if entry not in seen]
+    # every entry appended since (the events and the two end marks) read by one batch
+    assert sum(report["rows"] for report in new) == len(lines) + 2
+    assert [report["batch"] for report in new] == list(range(new[0]["batch"], new[0]["batch"] + len(new)))
+    for report in new:
+        assert report["duration_ms"] == report["durations"]["triggerExecution"] > 0
+        assert report["routed_rows"] >= (report["rows"] > 0) and report["lag_entries"] >= 0
+        assert isinstance(report["state_rows"], int) and report["state_rows"] >= 0
