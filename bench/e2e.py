@@ -3,18 +3,15 @@
 One ``python -m penumbra up`` on a temporary home (its own redis-server, Spark job and
 API on free loopback ports), the intrusion join registered over REST, one websocket
 client subscribed to its matches. At each rate, events are POSTed in batches every 25 ms
-(one kept-alive connection, as ``penumbra replay`` does; with ``--per-stream`` one client
-and connection per stream, as each stream's gateway would post); a match's latency is the time
+(one kept-alive connection, as ``penumbra replay`` does); a match's latency is the time
 its message reaches the client minus the time the POST carrying its later event was
 answered (one clock: this process). p50 and p99 per rate, then a ladder of higher rates
 climbed while the rate is sustained: posted at the rate in requests the API takes, nothing
 refused, every match the core finds in the events received, p99 within 2 s; a report with
-plots in bench/out/e2e{,_quick,_per_stream}.md. Each rate also reports the CPU each part
-of ``penumbra up`` (and this client) spent an event.
+plots in bench/out/e2e{,_quick}.md.
 
     .venv/bin/python bench/e2e.py                 # 1,000 and 10,000 events/s, 20 s each, then the ladder
     .venv/bin/python bench/e2e.py --quick         # a smoke run: 1,000 events/s for 4 s
-    .venv/bin/python bench/e2e.py --per-stream    # one client per stream
 """
 
 from __future__ import annotations
@@ -157,65 +154,43 @@ class Listener:
         self.stack.close()
 
 
-def _post(url: str, token: str, encoded: list[bytes], ids: list[str], lane: np.ndarray, rate: int,
-          started: float, posted: dict, posted_wall: dict, post_s: list, tally: Tally) -> None:
-    """One client: POSTs the events at positions ``lane`` (of the whole run, event n due
-    at ``started + n / rate``) as they come due, on one kept-alive connection, in requests
-    the API takes (a client that fell behind does not send one request over the API's cap,
-    which it would refuse whole)."""
-    # a request at least every 25 ms's worth of this client's events
-    batch = max(1, round(len(lane) * rate / (40 * len(encoded))))
-    with ApiSink(url, token) as sink:
-        sent = 0
-        while sent < len(lane):
-            due = int(np.searchsorted(lane, (time.monotonic() - started) * rate, side="right"))
-            if due - sent >= batch or due == len(lane):
-                for first in range(sent, due, REQUEST_EVENTS):
-                    taken = lane[first:min(due, first + REQUEST_EVENTS)]
-                    before = time.monotonic()
-                    sink.send([encoded[n] for n in taken], tally)
-                    now = time.monotonic()
-                    post_s.append(now - before)
-                    wall = time.time()
-                    for n in taken:
-                        posted[ids[n]] = now
-                        posted_wall[ids[n]] = wall
-                sent = due
-            else:
-                time.sleep(0.005)
-
-
 def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float, offset: float,
-             tag: str, quiet: float = 10.0, root: int | None = None, per_stream: bool = False) -> dict:
+             tag: str, quiet: float = 10.0, root: int | None = None) -> dict:
     """POST ``rate`` events/s for ``seconds``; the latency of every match of these events,
-    and (with ``root``, the pid of ``penumbra up``) the CPU each part spent an event. One
-    client, or with ``per_stream`` one client (its own connection) per stream, as each
-    stream's sensors would post through their own gateway."""
+    and (with ``root``, the pid of ``penumbra up``) the CPU each part spent an event."""
     count = int(rate * seconds)
     lines = shifted(intrusions(count, seed=rate), tag, offset)
     posted: dict[str, float] = {}
     posted_wall: dict[str, float] = {}
-    decoded = [json.loads(line) for line in lines]
-    ids = [event["id"] for event in decoded]
+    ids = [json.loads(line)["id"] for line in lines]
     encoded = [line.encode() for line in lines]
-    streams = np.array([event["stream"] for event in decoded])
-    lanes = ([np.flatnonzero(streams == name) for name in sorted(set(streams.tolist()))] if per_stream
-             else [np.arange(count)])
     post_s: list[float] = []
-    tallies = [Tally() for _ in lanes]
+    tally = Tally()
     start_mark = len(listener.arrived)
     window_start = time.time()
     cpu_before = process_cpu(root) if root else {}
-    started = time.monotonic()
-    clients = [threading.Thread(target=_post, args=(url, token, encoded, ids, lane, rate, started, posted, posted_wall,
-                                                    post_s, tally)) for lane, tally in zip(lanes, tallies)]
-    for client in clients:
-        client.start()
-    for client in clients:
-        client.join()
-    feeding = time.monotonic() - started
-    if len(posted) < count:
-        raise RuntimeError(f"a client stopped: {count - len(posted):,} events not posted")
+    with ApiSink(url, token) as sink:
+        started = time.monotonic()
+        sent = 0
+        while sent < count:
+            due = min(count, int((time.monotonic() - started) * rate) + 1)
+            if due - sent >= max(1, rate // 40) or due == count:
+                # what is due, in requests the API takes (a client that fell behind does not
+                # send one request over the API's cap, which it would refuse whole)
+                for first in range(sent, due, REQUEST_EVENTS):
+                    last = min(due, first + REQUEST_EVENTS)
+                    before = time.monotonic()
+                    sink.send(encoded[first:last], tally)
+                    now = time.monotonic()
+                    post_s.append(now - before)
+                    wall = time.time()
+                    for event_id in ids[first:last]:
+                        posted[event_id] = now
+                        posted_wall[event_id] = wall
+                sent = due
+            else:
+                time.sleep(0.005)
+        feeding = time.monotonic() - started
     # until a match came and then none for ``quiet`` seconds (at most 2 minutes without any, 10 in all)
     quiet_since, seen = time.monotonic(), len(listener.arrived)
     begun = time.monotonic()
@@ -249,8 +224,7 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
               **job_stages(url, token, window_start)}
     last = max(json.loads(line)["ts"]["detected"] for line in lines)
     return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
-            "expected": core_matches(lines), "rejected": sum(tally.rejected for tally in tallies),
-            "p50_s": float(np.nanpercentile(delays_s, 50)),
+            "expected": core_matches(lines), "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
             "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
             "delays_s": delays_s, "cpu_us": cpu_us, **stages}
 
@@ -295,17 +269,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per rate")
     parser.add_argument("--no-ladder", action="store_true", help="skip the search for the highest sustained rate")
-    parser.add_argument("--per-stream", action="store_true", help="one client (its own connection) per stream")
     args = parser.parse_args()
     rates = (1_000,) if args.quick else (1_000, 10_000)
     seconds = 4.0 if args.quick else args.seconds
     quiet = 4.0 if args.quick else 10.0
-    name = "e2e_quick" if args.quick else "e2e_per_stream" if args.per_stream else "e2e"
-    report = Report(name, "End to end: POST to an alarm on the live feed")
-    flags = "".join(f" --{flag}" for flag, on in (("quick", args.quick), ("per-stream", args.per_stream)) if on)
-    clients = "one client per stream" if args.per_stream else "one client"
-    report.say(f"`python bench/e2e.py{flags}`: penumbra up (local[2], trigger 0), query `{QUERY}`, {seconds:g} s per "
-               f"rate, {clients} POSTing every 25 ms, one websocket client")
+    report = Report("e2e_quick" if args.quick else "e2e", "End to end: POST to an alarm on the live feed")
+    report.say(f"`python bench/e2e.py{' --quick' if args.quick else ''}`: penumbra up (local[2], trigger 0), "
+               f"query `{QUERY}`, {seconds:g} s per rate, POSTs every 25 ms, one websocket client")
     results = []
     with tempfile.TemporaryDirectory(prefix="penumbra-e2e-") as folder:
         up = Up(Path(folder))
@@ -327,7 +297,7 @@ def main() -> None:
             ladder = () if args.quick or args.no_ladder else LADDER
             for rate in (*rates, *ladder):
                 result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet,
-                                  root=up.child.pid, per_stream=args.per_stream)
+                                  root=up.child.pid)
                 offset = result["last"] + 1_000_000.0
                 results.append(result)
                 report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted, {result['rejected']:,} "
