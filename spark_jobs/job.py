@@ -27,7 +27,7 @@ from pathlib import Path
 import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
+from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from contract.archive import ArchiveWriter, maintain
 from contract.entries import live_metrics, metrics_entry
@@ -134,7 +134,7 @@ class Job:
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen,
                     settings.dead_max_bytes, ArchiveWriter(settings.archive_dir, self.identity["job"],
                                                            settings.archive_floor) if settings.archive_write else None)
-        self.listener = _Metrics(self.spark, url, keys, sink, settings.metrics_maxlen)
+        self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen, self.spark)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
                   .option("checkpointLocation", str(settings.checkpoint_dir / "spark")))
@@ -195,10 +195,12 @@ class _Metrics(StreamingQueryListener):
     group), duration, rates, lag behind the ingest stream (entries and seconds), state
     size, and the running totals of matches, rejected and late events."""
 
-    def __init__(self, spark: SparkSession, url: str, keys: Keys, sink: Sink, maxlen: int):
-        # the JVM's listener thread hands each progress over as one JSON text
-        self._jlistenerobj = spark.sparkContext._jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(
-            _ProgressAsJson(self))
+    def __init__(self, url: str, keys: Keys, sink: Sink, maxlen: int, spark: SparkSession | None = None):
+        if spark is not None:
+            # the JVM's listener thread hands each progress report over as one JSON text
+            jvm = spark.sparkContext._jvm
+            self._jlistenerobj = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(
+                _ProgressAsJson(self))
         self.client = redis.Redis.from_url(url)
         self.sink = sink
         self.keys = keys
@@ -215,30 +217,36 @@ class _Metrics(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event) -> None:
-        progress = event.progress
+        self.report(json.loads(event.progress.json))
+
+    def report(self, progress: dict) -> None:
+        """One micro-batch's progress report, as Spark writes it in JSON (a rate it cannot
+        say, NaN or infinite, is left out)."""
+        batch = progress.get("batchId", -1)
         try:
-            source = progress.sources[0] if progress.sources else None
-            end = _offset(source.endOffset) if source else {}
+            source = (progress.get("sources") or [{}])[0]
+            start, end = _offset(source.get("startOffset")), _offset(source.get("endOffset"))
             # the source's rows are routed rows (a few per key group); what came in is entries
-            rows = max(0, int(end.get("n", 0)) - int(_offset(source.startOffset).get("n", 0) if source else 0))
-            duration_ms = progress.durationMs.get("triggerExecution", 0)
-            routed = progress.numInputRows
+            rows = max(0, int(end.get("n", 0)) - int(start.get("n", 0)))
+            durations = dict(progress.get("durationMs") or {})
+            duration_ms = durations.get("triggerExecution", 0)
+            routed = progress.get("numInputRows") or 0
             info = self.client.xinfo_stream(self.keys.ingest) if self.client.exists(self.keys.ingest) else {}
             behind = max(0, int(info.get("entries-added", 0)) - int(end.get("n", 0))) if info else 0
             oldest = self.client.xrange(self.keys.ingest, f"({end['id']}", "+", count=1) if end and behind else []
             lag_seconds = max(0.0, time.time() - int(oldest[0][0].split(b"-")[0]) / 1000) if oldest else 0.0
-            state = progress.stateOperators[0] if progress.stateOperators else None
+            state = (progress.get("stateOperators") or [{}])[0]
             totals = {k.decode(): int(v) for k, v in self.client.hgetall(self.keys.counts).items()}
             metrics = {
-                "batch": progress.batchId, "at": time.time(), "rows": rows, "routed_rows": routed,
+                "batch": batch, "at": time.time(), "rows": rows, "routed_rows": routed,
                 "duration_ms": duration_ms,
-                "input_rate": rows * progress.inputRowsPerSecond / routed if routed else 0.0,
+                "input_rate": rows * progress.get("inputRowsPerSecond", 0.0) / routed if routed else 0.0,
                 "processed_rate": rows * 1000 / duration_ms if duration_ms else 0.0,
                 "lag_entries": behind, "lag_seconds": round(lag_seconds, 3),
-                "state_rows": state.numRowsTotal if state else 0, "state_bytes": state.memoryUsedBytes if state else 0,
+                "state_rows": state.get("numRowsTotal", 0), "state_bytes": state.get("memoryUsedBytes", 0),
                 "rejected_total": totals.get("rejected", 0), "late_total": totals.get("late", 0),
-                "matches_total": totals.get("matches", 0), "durations": dict(progress.durationMs),
-                "sink_ms": self.sink.timings.pop(progress.batchId, {})}
+                "matches_total": totals.get("matches", 0), "durations": durations,
+                "sink_ms": self.sink.timings.pop(batch, {})}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
             pipe.xadd(self.keys.metrics, metrics_entry(metrics), maxlen=self.maxlen, approximate=True)
@@ -246,13 +254,12 @@ class _Metrics(StreamingQueryListener):
             pipe.execute()
             # the ingest entries the batch read, (from_id, to_id]: what follows a request's
             # first_id and last_id (the API logs them with its request id) to its batch
-            start = _offset(source.startOffset) if source else {}
-            log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", progress.batchId,
+            log.info("batch %d: %d rows in %.2f s (%.0f rows/s), lag %d entries / %.1f s", batch,
                      rows, duration_ms / 1000, metrics["processed_rate"], behind, lag_seconds,
-                     extra={"batch": progress.batchId, "from_id": start.get("id"), "to_id": end.get("id"),
+                     extra={"batch": batch, "from_id": start.get("id"), "to_id": end.get("id"),
                             "rows": rows, "lag_entries": behind})
-        except (redis.RedisError, ValueError, KeyError, IndexError) as error:
-            log.warning("metrics of batch %d: %s", progress.batchId, error)
+        except (redis.RedisError, ValueError, KeyError, IndexError, TypeError) as error:
+            log.warning("metrics of batch %d: %s", batch, error)
 
 
 class _ProgressAsJson(JStreamingQueryListener):
@@ -262,16 +269,18 @@ class _ProgressAsJson(JStreamingQueryListener):
     JVM's listener thread in 20 s at 10,000 events/s (docs/pipeline.md)."""
 
     def onQueryProgress(self, jevent) -> None:
-        self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": json.loads(jevent.progress().json())}))
+        self.pylistener.report(json.loads(jevent.progress().json()))
 
 
-def _offset(text) -> dict:
-    """A source offset of the progress report (none before the first batch)."""
-    try:
-        offset = json.loads(text) if text else None
-    except ValueError:
-        return {}
-    return offset if isinstance(offset, dict) else {}
+def _offset(value) -> dict:
+    """A source offset of the progress report, as Spark writes it (the offset's JSON, or its
+    text when that is not JSON); none before the first batch."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 def main() -> int:
