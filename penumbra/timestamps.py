@@ -204,6 +204,8 @@ class Interval:
         object.__setattr__(self, "hi", hi)
         if self.pmf is not None:
             span = hi - lo
+            if span == math.inf:     # two finite bounds further apart than any float
+                raise ValidationError("pmf", f"too long: lo={lo!r} to hi={hi!r} is beyond {MAX_BUCKETS} instants")
             if span != round(span):
                 raise ValidationError("pmf", f"needs an integral hi - lo (one weight per unit "
                                       f"instant), got hi - lo = {span!r}")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from penumbra.errors import ValidationError
+from penumbra.events import parse_event_line
 from penumbra.timestamps import MAX_BUCKETS, Histogram, HistogramBlock, Interval
 from tests.oracle import sample
 
@@ -75,6 +76,18 @@ def test_bad_histograms_name_the_field(edges, probs, field, words):
         Histogram(edges, probs)
     assert error.value.field == field
     assert words in error.value.message
+
+
+def test_a_pmf_over_bounds_further_apart_than_any_float_is_refused_by_name():
+    """Finite bounds whose difference overflows a float: an error naming the pmf, not a crash."""
+    for lo, hi in ((-1e308, 1e308), (-1.7976931348623157e308, 1.7976931348623157e308)):
+        with pytest.raises(ValidationError) as error:
+            Interval(lo, hi, (1.0,))
+        assert error.value.field == "pmf" and "too long" in error.value.message
+    line = '{"stream": "s", "id": "x", "ts": {"lo": -1e308, "hi": 1e308, "pmf": [1]}}'
+    with pytest.raises(ValidationError) as error:
+        parse_event_line(line)
+    assert error.value.field == "ts.pmf"
 
 
 def test_probability_sum_just_outside_tolerance_is_rejected():
