@@ -192,8 +192,7 @@ def _common(obj: Any, streams: Any) -> tuple[str, str, Interval | None, tuple | 
             if type(ts) is dict and "template" in ts:
                 interval, template = None, _plain_template(ts, stream, streams)
             else:
-                interval = _plain_interval(ts)
-                template = None if interval is not None else _plain_template(ts, stream, streams)
+                interval, template = _plain_interval(ts), None
             if (interval is not None or template is not None) \
                     and (attrs is _NO_ATTRS or type(attrs) is dict and _plain_attrs(attrs)):
                 return stream, event_id, interval, template, attrs
