@@ -133,8 +133,9 @@ class IngestOut(BaseModel):
         "events whose stream and id came before with the same content (a retry): taken once, not appended again"))
     rejected: int = Field(description="invalid events and conflicts (a stream and id that came before with other "
                                       "content), each in errors and in the dead-letter stream")
-    first_id: str | None = Field(description="ingest stream id of the first accepted event")
-    last_id: str | None = Field(description="ingest stream id of the last accepted event")
+    first_id: str | None = Field(description="ingest stream id of the entry holding the first accepted event "
+                                             "(the events appended together share one entry, a block)")
+    last_id: str | None = Field(description="ingest stream id of the entry holding the last accepted event")
     errors: list[Rejection]
 
 

@@ -3,7 +3,7 @@
 One redis-server and one API process (``python -m backend``, one uvicorn worker) on
 loopback, started here and stopped by their pids; the ingest rate limit raised so it
 does not bound the figure. A few client threads (httpx, keep-alive) post pre-encoded
-batches; the ingest stream's length is checked to have grown by exactly the events
+batches; the ingest stream's events are checked to have grown by exactly those
 accepted. Redis runs with its append-only file as ``penumbra up`` runs it, fsynced before
 it answers (``appendfsync always``: a 202 is on disk), and, in the same run, fsynced once
 a second (``everysec``, what the durable acknowledgement costs). Baselines: the same
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.report import Report  # noqa: E402
 from contract import Keys, append_events  # noqa: E402
+from contract.entries import read_ingest  # noqa: E402
 from penumbra.cli.processes import ApiServer, RedisServer  # noqa: E402
 
 TOKEN = "pn_bench-admin-" + "x" * 32
@@ -94,12 +95,12 @@ def main() -> None:
             httpx.put(f"{api.url}/api/streams/bench", json=STREAM, headers=headers, timeout=10).raise_for_status()
 
             bodies = [orjson.dumps(events("bench", b * args.batch, args.batch)) for b in range(batches)]
-            before = store.xlen(keys.ingest)
+            before = len(read_ingest(store.xrange(keys.ingest)))
             seconds, accepted = post_batches(api.url, bodies, args.threads)
-            grown = store.xlen(keys.ingest) - before
+            grown = len(read_ingest(store.xrange(keys.ingest))) - before
             figures[f"REST, 1,000 per request, fsync {fsync}"] = total / seconds
             report.say(f"AOF fsync {fsync}: REST batches {total / seconds:,.0f} events/s ({seconds:.2f} s); "
-                       f"accepted {accepted:,}, ingest stream grew by {grown:,} "
+                       f"accepted {accepted:,}, ingest stream's events grew by {grown:,} "
                        f"({'exact' if grown == accepted == total else 'MISMATCH'})")
 
             one = [orjson.dumps(e) for e in events("bench", 2 * total, singles)]

@@ -4,7 +4,8 @@ Writers build an entry's fields with the encoder (``*_entry``) and readers take 
 with the decoder (``read_*``); docs/redis.md describes each shape. Redis hands fields back
 as bytes, so decoders take ``{bytes: bytes}`` and return plain values.
 
->>> fields = {k.encode(): str(v).encode() for k, v in match_entry(b'{"events":{"A":"a"},"prob":0.5}', 3, 0).items()}
+>>> entry = match_entry(b'{"events":{"A":"a"},"prob":0.5}', 3, 0, "q", None)
+>>> fields = {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in entry.items()}
 >>> read_match(b"1700000000000-0", fields)["prob"]
 0.5
 """
@@ -17,10 +18,11 @@ from typing import Any, Iterable
 
 import orjson
 
-__all__ = ["CONTROL_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD", "alarm_action_entry", "audit_entry",
-           "control_entry", "decode", "dead_raw", "encode", "entry_time", "event_entry", "late_letter", "live_alarm",
+__all__ = ["BLOCK_FIELD", "BLOCK_MAX", "CONTROL_FIELD", "COUNT_FIELD", "DEAD_RAW_BYTES", "EVENT_FIELD",
+           "alarm_action_entry", "audit_entry", "block_count", "block_entry", "control_entry", "decode", "dead_raw",
+           "encode", "entry_time", "event_entry", "late_letter", "live_alarm",
            "live_batch", "live_metrics", "match_entry", "match_value", "metrics_entry", "observation_entry",
-           "read_alarm_action", "read_audit", "read_dead", "read_end_mark", "read_match",
+           "read_alarm_action", "read_audit", "read_dead", "read_end_mark", "read_ingest", "read_match",
            "read_metrics", "read_observation", "read_restart", "rejected_letter", "restart_entry"]
 
 #: Bytes of a rejected entry its dead letter keeps (enough to see what it was): a flood of
@@ -85,15 +87,70 @@ def _number(fields: dict, name: str, kind=float):
 
 # --- ingest (pn:in) -----------------------------------------------------------------------
 
-#: An ingest entry has one field: an event's JSON, or a control mark (read in the stream's
-#: order, field name and value as they come, by the job's source).
+#: An ingest entry's first field says what it holds: an event's JSON (``e``), a block of
+#: events (``b``, their JSON texts one a line, then ``n``, how many), or a control mark
+#: (``c``). The job's source reads them in the stream's order, field names and values as
+#: they come.
 EVENT_FIELD = "e"
+BLOCK_FIELD = "b"
+COUNT_FIELD = "n"
 CONTROL_FIELD = "c"
+#: Most events a block may hold (the job's plan reads its count as nine digits at most).
+BLOCK_MAX = 999_999_999
 
 
 def event_entry(line: bytes | str) -> dict:
     """An ingest entry holding one event's JSON (DESIGN.md's event shape)."""
     return {EVENT_FIELD: line}
+
+
+def block_entry(lines: list[bytes]) -> dict:
+    """An ingest entry holding several events, in order: their JSON texts one a line. A
+    valid event's JSON holds no line break but as white space (a string cannot hold one
+    raw), so a writer puts a space for each (:func:`contract.ingest.ingest` does).
+
+    >>> block_entry([b'{"a": 1}', b'{"b": 2}'])
+    {'b': b'{"a": 1}\\n{"b": 2}', 'n': 2}
+    """
+    if not lines or any(b"\n" in line for line in lines):
+        raise ValueError("a block holds one or more events, none with a line break")
+    return {BLOCK_FIELD: b"\n".join(lines), COUNT_FIELD: len(lines)}
+
+
+def block_count(values: list[bytes]) -> int | None:
+    """How many events an entry whose first field is ``b`` holds (its fields and values as
+    XRANGE gives them, in order): its second field ``n``, a positive integer of at most nine
+    digits; None when it says no such count (the job rejects that entry whole). The job's
+    plan, a Lua script, reads the count by the same rule.
+
+    >>> block_count([b"b", b"x", b"n", b"12"]), block_count([b"b", b"x", b"n", b"012"])
+    (12, None)
+    """
+    if len(values) < 4 or values[2] != COUNT_FIELD.encode():
+        return None
+    count = values[3]
+    if not (0 < len(count) <= 9 and count.isdigit() and count[:1] != b"0"):
+        return None
+    return int(count)
+
+
+def read_ingest(entries: Iterable[tuple[bytes, dict]]) -> list[tuple[str, int | None, bytes]]:
+    """The events of ingest entries as redis-py's ``XRANGE`` gives them (id, fields): per
+    event the id of its entry, its place in a block (None: an entry of its own) and its JSON.
+    Control marks and entries of no known shape are left out.
+
+    >>> read_ingest([(b"1-0", {b"e": b"{}"}), (b"2-0", {b"b": b"[1]\\n[2]", b"n": b"2"}), (b"3-0", {b"c": b"{}"})])
+    [('1-0', None, b'{}'), ('2-0', 0, b'[1]'), ('2-0', 1, b'[2]')]
+    """
+    events = []
+    for entry_id, fields in entries:
+        text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        values = [part for pair in fields.items() for part in pair]
+        if values[:1] == [EVENT_FIELD.encode()]:
+            events.append((text, None, values[1]))
+        elif values[:1] == [BLOCK_FIELD.encode()] and block_count(values) is not None:
+            events += [(text, index, line) for index, line in enumerate(values[1].split(b"\n"))]
+    return events
 
 
 def control_entry(end: Iterable[str]) -> dict:
@@ -127,7 +184,7 @@ def dead_raw(raw: bytes) -> dict[str, bytes | int]:
 def rejected_letter(reason: str, raw: bytes, at: float, entry: str = "", **source: Any) -> dict:
     """A rejected entry: the ingest entry's id (empty when it never reached the stream),
     the reason, what came (cut), and where it came from (``source``, ``who``, ``index``
-    for the API's)."""
+    for the API's; ``index`` alone for an event of a block: its place in the entry)."""
     return {"kind": "rejected", "entry": entry, "reason": reason, **dead_raw(raw), "at": at, **source}
 
 

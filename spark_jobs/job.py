@@ -226,13 +226,15 @@ class _Metrics(StreamingQueryListener):
         try:
             source = (progress.get("sources") or [{}])[0]
             start, end = _offset(source.get("startOffset")), _offset(source.get("endOffset"))
-            # the source's rows are routed rows (a few per key group); what came in is entries
+            # the source's rows are routed rows (a few per key group); what came in is events
+            # (and marks): the offsets' n
             rows = max(0, int(end.get("n", 0)) - int(start.get("n", 0)))
             durations = dict(progress.get("durationMs") or {})
             duration_ms = durations.get("triggerExecution", 0)
             routed = progress.get("numInputRows") or 0
             info = self.client.xinfo_stream(self.keys.ingest) if self.client.exists(self.keys.ingest) else {}
-            behind = max(0, int(info.get("entries-added", 0)) - int(end.get("n", 0))) if info else 0
+            consumed = int(end.get("entries", end.get("n", 0)))   # offsets before blocks counted entries as n
+            behind = max(0, int(info.get("entries-added", 0)) - consumed) if info else 0
             oldest = self.client.xrange(self.keys.ingest, f"({end['id']}", "+", count=1) if end and behind else []
             lag_seconds = max(0.0, time.time() - int(oldest[0][0].split(b"-")[0]) / 1000) if oldest else 0.0
             state = (progress.get("stateOperators") or [{}])[0]

@@ -37,7 +37,7 @@ from typing import Any, Iterable
 import numpy as np
 import redis
 
-from contract.entries import CONTROL_FIELD, EVENT_FIELD, encode, read_end_mark
+from contract.entries import BLOCK_FIELD, CONTROL_FIELD, COUNT_FIELD, EVENT_FIELD, encode, read_end_mark
 from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
@@ -215,7 +215,10 @@ def _quarantine(rows: list, query_id: str, entry: dict | None, error: str, versi
 
 
 def _reject(rows: list, seq: int, entry: str, reason: str, raw: bytes, version: int) -> None:
-    data = json.dumps({"entry": entry, "reason": reason}).encode()
+    """A rejected entry's row; an event of a block (``<id>/<place>``) is named by its entry
+    and its place in it (the dead letter's ``index``)."""
+    entry_id, _, place = entry.partition("/")
+    data = json.dumps({"entry": entry_id, "reason": reason, **({"index": int(place)} if place else {})}).encode()
     rows.append((*CONTROL, seq, "r", data, raw, version, 0))
 
 
@@ -256,6 +259,10 @@ class Router:
                 elif field == CONTROL_FIELD:
                     self.ended.update(_end_mark(data, registry))
                     rows.append((*CONTROL, seq, "x", json.dumps({"entry": entry}).encode(), None, version, 0))
+                elif field == BLOCK_FIELD:
+                    _reject(rows, seq, entry, f"a block entry ({BLOCK_FIELD!r}) needs its count of events "
+                                              f"({COUNT_FIELD!r}, a positive integer) as its second field, "
+                                              f"and one line an event", data, version)
                 else:
                     _reject(rows, seq, entry, f"unknown entry field {field!r} (expected {EVENT_FIELD!r}, an event)",
                             data, version)

@@ -101,7 +101,8 @@ class Sink:
             elif kind == "r":
                 rejected = json.loads(data)
                 dead.append(rejected_letter(rejected["reason"], raw if raw is not None else b"", now,
-                                            entry=rejected["entry"]))
+                                            entry=rejected["entry"], **({"index": rejected["index"]}
+                                                                        if "index" in rejected else {})))
             elif kind == "x":
                 ended.append(json.loads(data)["entry"])
             elif kind == "f":

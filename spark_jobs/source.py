@@ -1,9 +1,10 @@
 """A PySpark streaming data source over the Redis ingest stream.
 
-Offsets are Redis stream ids, with the count of entries consumed so far and the
-registry version the micro-batch is planned with::
+Offsets are Redis stream ids, with the count of events consumed so far (a block entry
+counts as the events it holds, any other entry as one: the events' ordinals), of entries,
+and the registry version the micro-batch is planned with::
 
-    {"id": "1732360000000-3", "n": 1200, "registry": 4, "splits": [["1732...-0", 1100], ...]}
+    {"id": "1732360000000-3", "n": 1200, "entries": 40, "registry": 4, "splits": [["1732...-0", 1100], ...]}
 
 With the option ``groups`` (the job's key-group count) the reader also routes what it
 reads (:class:`~spark_jobs.routing.Router`) and its rows are the routed ones
@@ -12,12 +13,13 @@ option ``placed`` (the job's shuffle partitions) gives each group the slot that 
 evenly on them (:mod:`spark_jobs.placement`).
 
 ``latestOffset`` finds the end of the next micro-batch without reading it on the
-driver: one server-side script walks at most ``max_rows`` entries and returns only the
-last id and the ids that split the batch into read partitions; after a full batch, the
-next one is walked in the background while it runs (:class:`_NextPlan`). Executors read their
-id range in ``read`` (connections are opened there, never pickled). A restart from the
-checkpoint replays a planned batch with its own end offset and registry version, so it
-reads exactly the same rows and routes them by the same registry.
+driver: one server-side script walks the entries that hold ``max_rows`` events (more by
+at most the last block's) and returns only the last id and the ids that split the batch
+into read partitions; after a full batch, the next one is walked in the background while
+it runs (:class:`_NextPlan`). Executors read their id range in ``read`` (connections are
+opened there, never pickled). A restart from the checkpoint replays a planned batch with
+its own end offset and registry version, so it reads exactly the same rows and routes
+them by the same registry.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from contract.entries import BLOCK_FIELD, COUNT_FIELD, EVENT_FIELD, block_count
 from contract.keys import DEFAULT_PREFIX, Keys
 from contract.registry import Registry
 from penumbra.events import collector_paused
@@ -46,35 +49,56 @@ READ_CHUNK = 10_000
 
 log = logging.getLogger("penumbra.source")
 
-# Walks at most ARGV[2] entries after ARGV[1] (exclusive); returns the registry version
-# (KEYS[2]), their count, the last id walked and the ids at some positions of the walk:
-# with ARGV[3] parts, the ids that end each of that many nearly equal parts (the last one
-# ends the batch); with ARGV[3] = 0, the positions ARGV[5], ARGV[6], ... (those walked).
+# Walks the entries after ARGV[1] (exclusive) until they hold ARGV[2] events or the stream
+# ends (an entry counts as the events it holds: a block's ``n`` (contract.entries.block_count),
+# else one), and returns the registry version (KEYS[2]), the events walked, the entries
+# walked, the last id walked, then pairs (id, events up to and with it) that end parts: with
+# ARGV[3] parts, the ends of that many nearly equal parts of ARGV[2] events, or of those
+# walked if fewer (the last one ends the batch; the background walk splits alike);
+# with ARGV[3] = 0, the entries that reach the positions ARGV[5], ARGV[6], ... (those
+# walked). A part ends at the entry that reaches its position, so a block is never split.
 # One script, so the version is the one in force when the last entry of the batch was
 # appended: an event appended after a registry change is routed by it.
 # The walk goes in chunks of ARGV[4] (WALK_CHUNK) entries and keeps only where each chunk
-# starts: Redis hands a script every entry it reads as Lua tables, and one table of a whole
-# batch took twice as long (a batch of 100,000: 120-150 ms against 65-70 ms). The id at a
-# position is then read from its chunk.
+# starts and the events before it: Redis hands a script every entry it reads as Lua tables,
+# and one table of a whole batch took twice as long (a batch of 100,000: 120-150 ms against
+# 65-70 ms). The entry at a position is then found in its chunk.
 _PLAN = """
 local version = redis.call('GET', KEYS[2]) or '0'
 local wanted, parts, chunk = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local starts, after, count = {}, ARGV[1], 0
+local function weight(fields)
+  local count = fields[4]
+  if fields[1] == '%(block)s' and fields[3] == '%(count)s' and #count <= 9 and string.find(count, '^[1-9]%%d*$') then
+    return tonumber(count)
+  end
+  return 1
+end
+local starts, before, after, count, walked = {}, {}, ARGV[1], 0, 0
 while count < wanted do
   local take = math.min(chunk, wanted - count)
   local entries = redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', take)
   if #entries == 0 then break end
   starts[#starts + 1] = after
-  count = count + #entries
-  after = entries[#entries][1]
+  before[#before + 1] = count
+  local used = #entries
+  for i, entry in ipairs(entries) do
+    count = count + weight(entry[2])
+    if count >= wanted then
+      used = i
+      break
+    end
+  end
+  walked = walked + used
+  after = entries[used][1]
   if #entries < take then break end
 end
-local out = {version, count, after}
+local out = {version, count, walked, after}
 if count == 0 then return out end
 local positions = {}
 if parts > 0 then
-  parts = math.min(parts, count)
-  for part = 1, parts do positions[part] = math.floor(count * part / parts) end
+  local total = math.min(count, wanted)
+  parts = math.min(parts, total)
+  for part = 1, parts do positions[part] = math.floor(total * part / parts) end
 else
   for i = 5, #ARGV do
     local position = tonumber(ARGV[i])
@@ -82,14 +106,24 @@ else
   end
 end
 for _, last in ipairs(positions) do
-  local index = math.floor((last - 1) / chunk)
-  local within = last - index * chunk
-  local entries = redis.call('XRANGE', KEYS[1], '(' .. starts[index + 1], '+', 'COUNT', within)
-  out[#out + 1] = entries[within][1]
+  local index = #before
+  while before[index] >= last do index = index - 1 end
+  local reached = before[index]
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '(' .. starts[index], '+', 'COUNT', chunk)) do
+    reached = reached + weight(entry[2])
+    if reached >= last then
+      out[#out + 1] = entry[1]
+      out[#out + 1] = reached
+      break
+    end
+  end
 end
 return out
-"""
+""" % {"block": BLOCK_FIELD, "count": COUNT_FIELD}
 WALK_CHUNK = 500
+#: Events a batch read with no limit (``Trigger.AvailableNow``) may take: all there are.
+_ALL = 1 << 50
+_BLOCK = BLOCK_FIELD.encode()
 #: Entries one call of the plan's script walks when the next batch is planned in the
 #: background (:class:`_NextPlan`): Redis serves the readers and the sink between calls.
 SEGMENT = 5_000
@@ -137,7 +171,7 @@ class IngestReader(DataSourceStreamReader):
         self.next_plan: _NextPlan | None = None
 
     def initialOffset(self) -> dict:
-        return {"id": "0-0", "n": 0, "registry": 0, "splits": []}
+        return {"id": "0-0", "n": 0, "entries": 0, "registry": 0, "splits": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows)
@@ -148,24 +182,23 @@ class IngestReader(DataSourceStreamReader):
             self.plan = client.register_script(_PLAN)
         rows = self.max_rows if not isinstance(limit, ReadMaxRows) else limit.max_rows
         if isinstance(limit, ReadAllAvailable):
-            rows = max(rows, int(client.xlen(self.keys.ingest)))
+            rows = max(rows, _ALL)
         planned = self.next_plan.stops(start["id"], rows, self.parts) if self.next_plan is not None else None
         self.next_plan = None
         if planned is not None:
             # walked while the batch before ran; the version is read now, after its last entry
-            registry, count, stops = int(client.get(self.keys.version) or 0), rows, planned
+            registry, (count, walked, stops) = int(client.get(self.keys.version) or 0), planned
         else:
             found = self.plan(keys=[self.keys.ingest, self.keys.version],
                               args=[start["id"], rows, self.parts, WALK_CHUNK])
-            registry, count, stops = int(found[0]), int(found[1]), [s.decode() for s in found[3:]]
+            registry, count, walked, stops = int(found[0]), int(found[1]), int(found[2]), _stops(found[4:])
         if count == 0:
             return start if registry == start["registry"] else {**start, "registry": registry, "splits": []}
-        ordinals = [start["n"] + count * (part + 1) // len(stops) for part in range(len(stops))]
-        if count == rows:
+        if count >= rows:
             # a backlog: walk the next batch while this one is read, routed and written
-            self.next_plan = _NextPlan(self.plan, self.keys, stops[-1], rows, self.parts)
-        return {"id": stops[-1], "n": start["n"] + count, "registry": registry,
-                "splits": [[s, n] for s, n in zip(stops, ordinals)]}
+            self.next_plan = _NextPlan(self.plan, self.keys, stops[-1][0], rows, self.parts)
+        return {"id": stops[-1][0], "n": start["n"] + count, "entries": start.get("entries", start["n"]) + walked,
+                "registry": registry, "splits": [[s, start["n"] + n] for s, n in stops]}
 
     def stop(self) -> None:
         if self.next_plan is not None:
@@ -193,9 +226,13 @@ class IngestReader(DataSourceStreamReader):
             yield _routed(router.close(partition.registry))
 
     def _entries(self, partition: Range) -> Iterator[tuple[list, list, list, list]]:
-        """The partition's entries in chunks: ordinals, ids, fields and payloads. XRANGE's
-        reply is taken as it comes (no dict per entry), with the collector paused while a
-        chunk is taken apart (:func:`~penumbra.events.collector_paused`)."""
+        """The partition's events and other entries in chunks: ordinals, ids, fields and
+        payloads. A block's events come one by one, each with its entry's id and its place
+        in the block (``<id>/<place>``, what a dead letter names) and the next ordinals (the
+        plan counted them by the block's ``n``); a block whose lines are not ``n`` comes
+        whole, field ``b``, to be rejected. XRANGE's reply is taken as it comes (no dict per
+        entry), with the collector paused while a chunk is taken apart
+        (:func:`~penumbra.events.collector_paused`)."""
         if partition.start == partition.stop:
             return
         client = redis.Redis.from_url(self.url)
@@ -205,17 +242,31 @@ class IngestReader(DataSourceStreamReader):
             while True:
                 with collector_paused():
                     entries = client.xrange(self.keys.ingest, f"({after}", partition.stop, count=READ_CHUNK)
-                    ids = [entry_id.decode() for entry_id, _ in entries]
-                    # an entry has one field (``e`` or ``c``); of several, the first counts
-                    fields = [values[0].decode("ascii", "replace") if values else "?" for _, values in entries]
-                    data = [values[1] if values else b"" for _, values in entries]
+                    if not entries:
+                        break
+                    seqs, ids, fields, data = [], [], [], []
+                    for entry_id, values in entries:
+                        text = entry_id.decode()
+                        # an entry has one field (``e`` or ``c``) or a block's two; of others, the first counts
+                        field = values[0] if values else b"?"
+                        count = block_count(values) if field == _BLOCK else None
+                        lines = values[1].split(b"\n") if count is not None else None
+                        if lines is not None and len(lines) == count:
+                            seqs += range(seq, seq + count)
+                            ids += [f"{text}/{place}" for place in range(count)]
+                            fields += [EVENT_FIELD] * count
+                            data += lines
+                        else:
+                            seqs.append(seq)
+                            ids.append(text)
+                            fields.append(field.decode("ascii", "replace"))
+                            data.append(values[1] if len(values) > 1 else b"")
+                        seq += count or 1
+                    after = entries[-1][0].decode()
+                    more = len(entries) == READ_CHUNK
                     del entries
-                if not ids:
-                    break
-                yield list(range(seq, seq + len(ids))), ids, fields, data
-                seq += len(ids)
-                after = ids[-1]
-                if len(ids) < READ_CHUNK:
+                yield seqs, ids, fields, data
+                if not more:
                     break
         finally:
             client.close()
@@ -240,7 +291,7 @@ class _NextPlan:
 
     def __init__(self, plan, keys: Keys, after: str, rows: int, parts: int):
         self.plan, self.keys, self.after, self.rows, self.parts = plan, keys, after, rows, parts
-        self.found: list[str] | None = None
+        self.found: tuple[int, int, list[tuple[str, int]]] | None = None
         self.cancelled = threading.Event()
         self.thread = threading.Thread(target=self._walk, name="penumbra-next-plan", daemon=True)
         self.thread.start()
@@ -250,24 +301,24 @@ class _NextPlan:
             parts = min(self.parts, self.rows)
             # the positions the plan of a full batch splits at (as the script computes them)
             ends = [self.rows * part // parts for part in range(1, parts + 1)]
-            after, done, found = self.after, 0, []
+            after, done, walked, found = self.after, 0, 0, []
             while done < self.rows:
                 if self.cancelled.is_set():
                     return
                 take = min(SEGMENT, self.rows - done)
                 reply = self.plan(keys=[self.keys.ingest, self.keys.version],
-                                  args=[after, take, 0, WALK_CHUNK, *[end - done for end in ends
-                                                                      if done < end <= done + take]])
+                                  args=[after, take, 0, WALK_CHUNK, *[end - done for end in ends if end > done]])
                 if int(reply[1]) < take:
                     return
-                after, done = reply[2].decode(), done + take
-                found += [s.decode() for s in reply[3:]]
-            self.found = found
+                found += [(stop, done + n) for stop, n in _stops(reply[4:])]
+                after, done, walked = reply[3].decode(), done + int(reply[1]), walked + int(reply[2])
+            self.found = done, walked, found
         except redis.RedisError as error:
             log.warning("walking the next batch in the background failed (%s); it is walked when planned", error)
 
-    def stops(self, after: str, rows: int, parts: int) -> list[str] | None:
-        """The split ids, if this is the plan of that batch and the stream held all of it."""
+    def stops(self, after: str, rows: int, parts: int) -> tuple[int, int, list[tuple[str, int]]] | None:
+        """The events and entries walked and the split ids with the events up to each, if
+        this is the plan of that batch and the stream held all of it."""
         if (after, rows, parts) != (self.after, self.rows, self.parts):
             self.cancel()
             return None
@@ -276,6 +327,17 @@ class _NextPlan:
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+
+def _stops(reply: list) -> list[tuple[str, int]]:
+    """The plan's pairs (id, events up to and with it), each id once (several positions may
+    fall in one block)."""
+    stops: list[tuple[str, int]] = []
+    for at in range(0, len(reply) - 1, 2):
+        stop = reply[at].decode()
+        if not stops or stops[-1][0] != stop:
+            stops.append((stop, int(reply[at + 1])))
+    return stops
 
 
 def _as_sent(response, **options):

@@ -23,6 +23,9 @@ from penumbra.cli.pipeline import JobProcess, wait_for_mark
 from penumbra.cli.processes import RedisServer
 from penumbra.events import Event, event_to_json
 
+#: Events an ingest entry of the tests holds at most: far fewer than a batch's cap, so a
+#: workload spans many micro-batches, as it did with an entry per event.
+FEED_BLOCK = 25
 JOB_SETTINGS = {"trigger_seconds": 0.1, "max_rows_per_batch": 300, "shuffle_partitions": 2, "key_groups": 4,
                 "read_partitions": 2,
                 "result_maxlen": 1_000_000}
@@ -131,7 +134,7 @@ class Pipeline:
         return [json.loads(fields[b"m"]) for _, fields in self.client.xrange(self.keys.matches(query))]
 
     def feed(self, events) -> None:
-        append_events(self.client, lines_of(events), self.keys)
+        append_events(self.client, lines_of(events), self.keys, block=FEED_BLOCK)
 
     def run(self, streams: dict, queries: dict[str, str], events, *, remove: bool = True) -> dict[str, list[dict]]:
         """Register ``streams`` and ``queries`` (id -> text), feed ``events``, end the

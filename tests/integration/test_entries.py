@@ -13,6 +13,7 @@ from contract.ingest import append_events, end_of_input
 from contract.keys import Keys
 from contract.alarms import instance_id, key_json
 from contract.results import queue_matches
+from penumbra.events import parse_streams
 
 
 @pytest.fixture
@@ -30,16 +31,19 @@ def added(client, stream: str, fields: dict) -> tuple[bytes, dict]:
 
 
 def test_ingest_entries_carry_each_event_as_sent_and_end_marks_their_queries(client, keys):
-    lines = [b'{"stream": "s", "id": "1"}', '{"stream": "s", "id": "\u00e9"}', b"not json at all"]
-    ids = append_events(client, lines, keys)
+    lines = [b'{"stream": "s", "id": "1", "ts": {"lo": 5, "hi": 6}}',
+             '{"stream": "s", "id": "\u00e9", "ts": {"lo": 6, "hi": 7}}', b"not json at all"]
+    ids = append_events(client, lines, keys, streams=parse_streams({"s": {}}))
     mark = end_of_input(client, ["q2", "q1"], keys)
     found = client.xrange(keys.ingest)
-    assert [entry_id for entry_id, _ in found] == ids + [mark]
-    assert [fields for _, fields in found[:3]] == [{entries.EVENT_FIELD.encode(): (line if isinstance(line, bytes)
-                                                                                   else line.encode())}
-                                                   for line in lines]
-    assert list(found[3][1]) == [entries.CONTROL_FIELD.encode()]
-    assert entries.read_end_mark(found[3][1][entries.CONTROL_FIELD.encode()]) == ["q1", "q2"]
+    # the two valid events are one block; the entry that is not an event goes alone
+    assert [entry_id for entry_id, _ in found] == [ids[0], ids[2], mark] and ids[0] == ids[1]
+    assert found[0][1] == {b"b": lines[0] + b"\n" + lines[1].encode(), b"n": b"2"}
+    assert found[1][1] == {entries.EVENT_FIELD.encode(): lines[2]}
+    assert entries.read_ingest(found) == [(ids[0].decode(), 0, lines[0]), (ids[0].decode(), 1, lines[1].encode()),
+                                          (ids[2].decode(), None, lines[2])]
+    assert list(found[2][1]) == [entries.CONTROL_FIELD.encode()]
+    assert entries.read_end_mark(found[2][1][entries.CONTROL_FIELD.encode()]) == ["q1", "q2"]
     assert entries.read_end_mark(b'{"end": "q1"}') == [] and entries.read_end_mark(b"{oops") == []
 
 
@@ -47,7 +51,7 @@ def test_append_events_goes_in_order_across_its_script_calls(client, keys, monke
     monkeypatch.setattr("contract.ingest.SCRIPT_CHUNK", 7)
     lines = [json.dumps({"stream": "s", "id": f"n{n}", "n": n}) if n % 3 else json.dumps({"n": n}) for n in range(30)]
     assert len(append_events(client, lines, keys)) == 30
-    assert [json.loads(f[b"e"])["n"] for _, f in client.xrange(keys.ingest)] == list(range(30))
+    assert [json.loads(line)["n"] for _, _, line in entries.read_ingest(client.xrange(keys.ingest))] == list(range(30))
 
 
 def test_dead_letters_keep_their_fields_and_cut_what_came_to_8_kib(client, keys):

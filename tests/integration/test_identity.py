@@ -11,6 +11,7 @@ import time
 
 import redis
 
+from contract.entries import read_ingest
 from contract.identity import BUCKETS, content_digest, identified, identity
 from contract.ingest import CONFLICT, DUPLICATE, append_events, ingest
 from penumbra.events import parse_event, parse_streams
@@ -25,7 +26,7 @@ def encoded(item: dict) -> bytes:
 
 
 def ingested(client, keys) -> list[dict]:
-    return [json.loads(fields[b"e"]) for _, fields in client.xrange(keys.ingest)]
+    return [json.loads(line) for _, _, line in read_ingest(client.xrange(keys.ingest))]
 
 
 def test_identity_and_content_digest_are_what_the_contract_says():
@@ -50,6 +51,9 @@ def test_each_identity_is_appended_once_within_a_call_and_across_calls(redis_ser
     assert [type(f).__name__ if isinstance(f, bytes) else f for f in found] == \
         ["bytes", "bytes", DUPLICATE, DUPLICATE, "bytes", CONFLICT]
     assert ingested(client, keys) == [items[0], items[1], items[4]]
+    # a run of events appended is one entry, a block; a single event an entry of its own
+    assert [list(fields) for _, fields in client.xrange(keys.ingest)] == [[b"b", b"n"], [b"e"]]
+    assert found[0] == found[1] != found[4]
     # the same batch again: nothing appended; what is new in it is
     again = items[:2] + [event("S", "c")]
     found = ingest(client, keys, [identified(parse_event(item), encoded(item)) for item in again], horizon=3600)
@@ -116,3 +120,49 @@ def test_many_clients_sending_the_same_events_at_once_append_each_once(redis_ser
     with redis.Redis.from_url(redis_server.url) as client:
         assert [e["id"] for e in ingested(client, keys)] == [f"e{n}" for n in range(400)]
     assert sum(appended) == 400
+
+
+def test_runs_of_new_events_go_in_blocks_in_order_and_each_answer_names_its_entry(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    rng = __import__("random").Random(7)
+    sent: list[tuple[bytes, bool]] = []   # what was appended: (the payload, it has an identity)
+    for call in range(30):
+        items = []
+        for n in range(rng.randint(1, 12)):
+            pick = rng.random()
+            if pick < 0.15:
+                items.append(identified(None, f"not an event {call}.{n}".encode()))
+            else:
+                # a new identity, or one of the last calls' again (a duplicate, or a conflict)
+                key = f"e{call}.{n}" if pick < 0.7 or call == 0 else f"e{rng.randint(max(0, call - 2), call - 1)}.0"
+                item = event("S", key, lo=float(rng.choice([1, 1, 2])))
+                payload = json.dumps(item, indent=rng.choice([None, 1])).encode()   # some with line breaks
+                items.append(identified(parse_event(item), payload))
+        known = {json.loads(line)["id"]: json.loads(line) for line, valid in sent if valid}
+        found = ingest(client, keys, items, horizon=3600, block=4)
+        for item, answer in zip(items, found):
+            if item.identity is None or json.loads(item.payload)["id"] not in known:
+                assert isinstance(answer, bytes)
+                if item.identity is not None:
+                    known[json.loads(item.payload)["id"]] = json.loads(item.payload)
+                sent.append((item.payload, item.identity is not None))
+            else:
+                same = known[json.loads(item.payload)["id"]] == json.loads(item.payload)
+                assert answer == (DUPLICATE if same else CONFLICT)
+        stored = client.xrange(keys.ingest)
+        by_id = {entry_id: fields for entry_id, fields in stored}
+        # each answer names the entry holding the event; a block holds two to four (the most)
+        for item, answer in zip(items, found):
+            if isinstance(answer, bytes):
+                fields = by_id[answer]
+                if b"b" in fields:
+                    assert 2 <= int(fields[b"n"]) <= 4
+                    assert item.payload.replace(b"\n", b" ") in fields[b"b"].split(b"\n")
+                else:
+                    assert fields == {b"e": item.payload.replace(b"\n", b" ") if item.identity else item.payload}
+    shapes = [list(fields)[0] for _, fields in client.xrange(keys.ingest)]
+    assert shapes.count(b"b") > 5 and shapes.count(b"e") > 5
+    # in order, each line as sent (a valid event's line breaks as spaces: the same JSON)
+    assert [line for _, _, line in read_ingest(client.xrange(keys.ingest))] == \
+        [payload.replace(b"\n", b" ") if valid else payload for payload, valid in sent]
+    client.close()

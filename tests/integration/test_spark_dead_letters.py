@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from contract.entries import DEAD_RAW_BYTES
+from contract.entries import DEAD_RAW_BYTES, block_entry
 from tests.integration.test_spark_equivalence import assert_equal
 from tests.integration.test_spark_live import intervals, local_matches, merged
 
@@ -31,6 +31,8 @@ BAD = [
     (b'{"stream": "dlA", "id": "x10", "ts": {"lo": true, "hi": 2}}', "ts.lo"),
 ]
 
+BAD_IN_BLOCK = b'{"stream": "dlA", "id": "x11", "ts": {"lo": 7, "hi": 3}}'
+
 
 def dead_entries(pipeline) -> list[dict]:
     return [{k.decode(): v for k, v in fields.items()} for _, fields in pipeline.client.xrange(pipeline.keys.dead)]
@@ -54,7 +56,13 @@ def test_bad_and_late_events_are_dead_letters_and_nothing_valid_is_lost(pipeline
     pipeline.feed(mixed[: len(mixed) // 2])
     pipeline.sync()
     pipeline.client.xadd(pipeline.keys.ingest, {"x": b"an entry of no known field"})
-    pipeline.feed(mixed[len(mixed) // 2:])
+    # a block's bad event is named by its entry and place; a block whose count is wrong is
+    # rejected whole; the valid events around them are kept
+    rest = mixed[len(mixed) // 2:]
+    assert all(line in lines for line in rest[:3])
+    in_block = pipeline.client.xadd(pipeline.keys.ingest, block_entry([rest[0], BAD_IN_BLOCK, rest[1], rest[2]]))
+    pipeline.client.xadd(pipeline.keys.ingest, {"b": b"[1]\n[2]", "n": b"3"})
+    pipeline.feed(rest[3:])
     pipeline.sync()
     pipeline.feed(late)
     pipeline.end(query_id)
@@ -62,7 +70,11 @@ def test_bad_and_late_events_are_dead_letters_and_nothing_valid_is_lost(pipeline
 
     dead = dead_entries(pipeline)[before:]
     rejected = [d for d in dead if d["kind"] == b"rejected"]
-    assert len(rejected) == len(BAD) + 1
+    assert len(rejected) == len(BAD) + 3
+    (named,) = [d for d in rejected if d["raw"] == BAD_IN_BLOCK]
+    assert named["entry"] == in_block and named["index"] == b"1" and b"lo" in named["reason"]
+    (whole,) = [d for d in rejected if d["raw"] == b"[1]\n[2]"]
+    assert b"block" in whole["reason"] and "index" not in whole
     raws = [d["raw"] for d in rejected]
     for raw, word in BAD:
         # a dead letter keeps the entry as it came, its first DEAD_RAW_BYTES and whole length beyond
@@ -76,7 +88,7 @@ def test_bad_and_late_events_are_dead_letters_and_nothing_valid_is_lost(pipeline
     assert all(b"late" in d["reason"] and d["query"] == query_id.encode() for d in lateness)
 
     counts = {k.decode(): int(v) for k, v in pipeline.client.hgetall(pipeline.keys.counts).items()}
-    assert counts["rejected"] - counts_before.get("rejected", 0) == len(BAD) + 1
+    assert counts["rejected"] - counts_before.get("rejected", 0) == len(BAD) + 3
     assert counts["late"] - counts_before.get("late", 0) == len(late)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

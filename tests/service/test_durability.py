@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from contract import Keys
+from contract.entries import read_ingest
 from contract.results import match_payload
 from penumbra.cli.processes import ApiServer, RedisServer
 from spark_jobs.processor import OUTPUT
@@ -89,7 +90,7 @@ def test_events_the_api_acknowledged_survive_a_kill_of_redis_right_after(crashin
             restart(crashing_redis).close()      # SIGKILL the moment after the answer
             acknowledged += [event["id"] for event in batch]
         with redis.Redis.from_url(crashing_redis.url) as client:
-            kept = [json.loads(fields[b"e"])["id"] for _, fields in client.xrange(KEYS.ingest)]
+            kept = [json.loads(line)["id"] for _, _, line in read_ingest(client.xrange(KEYS.ingest))]
     assert kept == acknowledged
 
 

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend import create_app
+from contract.entries import read_ingest
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
 
@@ -24,7 +25,7 @@ def event(stream, n, lo=0.0, hi=1.0, **attrs):
 
 def ingested_after(store, keys, entry_id: str | None) -> list[dict]:
     start = f"({entry_id}" if entry_id else "-"
-    return [json.loads(fields[b"e"]) for _, fields in store.xrange(keys.ingest, start, "+")]
+    return [json.loads(line) for _, _, line in read_ingest(store.xrange(keys.ingest, start, "+"))]
 
 
 def last_id(store, key) -> str:
@@ -64,6 +65,8 @@ def test_partial_batch_keeps_every_valid_event_in_order(client, as_role, store, 
     stored = ingested_after(store, keys, ingest_mark)
     assert stored == [item for index, item in enumerate(batch) if index not in expected_bad]
     assert out["first_id"] == store.xrange(keys.ingest, f"({ingest_mark}", "+", count=1)[0][0].decode()
+    # the request's valid events are appended together: one entry, a block
+    assert out["last_id"] == out["first_id"] == last_id(store, keys.ingest)
     dead = [{k.decode(): v.decode() for k, v in f.items()} for _, f in store.xrange(keys.dead, f"({dead_mark}", "+")]
     assert [int(d["index"]) for d in dead] == sorted(expected_bad)
     assert all(d["kind"] == "rejected" and d["who"] == "test-analyst" and d["reason"] for d in dead)

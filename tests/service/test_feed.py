@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from penumbra.cli.processes import ApiServer
+from contract.entries import read_ingest
 
 from .conftest import ADMIN_TOKEN, fresh_streams
 
@@ -39,7 +40,7 @@ def penumbra(*argv: str, token: str | None = ADMIN_TOKEN, timeout: float = 120) 
 
 
 def ingested_since(store, keys, mark: str) -> list[dict]:
-    return [json.loads(f[b"e"]) for _, f in store.xrange(keys.ingest, f"({mark}", "+")]
+    return [json.loads(line) for _, _, line in read_ingest(store.xrange(keys.ingest, f"({mark}", "+"))]
 
 
 def last_id(store, key) -> str:
