@@ -31,6 +31,7 @@ so writers on other hosts agree on them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import NamedTuple
 
@@ -50,6 +51,9 @@ BUCKETS = 16384
 DEFAULT_HORIZON_HOURS = 24.0
 IDENTITY_BYTES = 12
 DIGEST_BYTES = 8
+# the hashers, keyed once: a copy costs less than a new one with its parameters
+_IDENTITY = hashlib.blake2b(digest_size=IDENTITY_BYTES, person=b"pn-identity")
+_CONTENT = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"pn-content")
 
 
 class Identified(NamedTuple):
@@ -64,9 +68,15 @@ class Identified(NamedTuple):
 
 def identity(stream: str, event_id: str) -> bytes:
     """The event's identity: a 96-bit hash of its stream (case-folded, length first) and its id."""
+    hasher = _IDENTITY.copy()
+    hasher.update(_stream_key(stream) + event_id.encode("utf-8", "surrogatepass"))
+    return hasher.digest()
+
+
+@functools.lru_cache(maxsize=4096)
+def _stream_key(stream: str) -> bytes:
     name = stream.casefold().encode("utf-8", "surrogatepass")
-    key = len(name).to_bytes(4, "big") + name + event_id.encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(key, digest_size=IDENTITY_BYTES, person=b"pn-identity").digest()
+    return len(name).to_bytes(4, "big") + name
 
 
 def content_digest(event: Event) -> bytes:
@@ -78,7 +88,9 @@ def content_digest(event: Event) -> bytes:
         canonical = orjson.dumps(content)
     except TypeError:  # what orjson does not write (an integer beyond 64 bits)
         canonical = repr(content).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(canonical, digest_size=DIGEST_BYTES, person=b"pn-content").digest()
+    hasher = _CONTENT.copy()
+    hasher.update(canonical)
+    return hasher.digest()
 
 
 def identified(event: Event | None, payload: bytes) -> Identified:

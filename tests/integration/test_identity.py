@@ -40,6 +40,12 @@ def test_identity_and_content_digest_are_what_the_contract_says():
     assert content_digest(parse_event(first)) != content_digest(parse_event({**first, "attrs": {"a": True, "b": 2}}))
     assert content_digest(parse_event({**first, "attrs": {"big": 2 ** 70}})) != content_digest(parse_event(first))
     assert 0 <= identified(parse_event(first), b"").bucket < BUCKETS
+    # the values Redis remembers across versions (an identity kept over an upgrade still matches)
+    assert identity("Seismic", "s-1").hex() == "b434ddfcf0e7a173937188c1"
+    plain = {"stream": "S", "id": "a", "ts": {"lo": 1, "hi": 2.5}, "attrs": {"z": True, "a": 1.0}}
+    assert content_digest(parse_event(plain)).hex() == "cdd71b549b7f5b21"
+    big = {**plain, "attrs": {"z": True, "a": 1.0, "big": 2 ** 70}}
+    assert content_digest(parse_event(big)).hex() == "fa05ab762bc4d4ac"
     assert identified(None, b"x").identity is None
 
 
