@@ -129,6 +129,8 @@ def ingest(client: redis.Redis, keys: Keys, events: Sequence[Identified], horizo
     :data:`CONFLICT`. ``horizon``: seconds an identity is remembered at least (every writer
     must use the same). An event with an identity is valid JSON, so a line break in it is
     white space: a block holds it as a space."""
+    if block < 1:
+        raise ValueError(f"a block holds one event or more, not {block}")
     if not events:
         return []
     records, lines, alone = [], [], []

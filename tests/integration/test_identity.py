@@ -9,6 +9,7 @@ import json
 import threading
 import time
 
+import pytest
 import redis
 
 from contract.entries import read_ingest
@@ -166,6 +167,8 @@ def test_runs_of_new_events_go_in_blocks_in_order_and_each_answer_names_its_entr
                     assert item.payload.replace(b"\n", b" ") in fields[b"b"].split(b"\n")
                 else:
                     assert fields == {b"e": item.payload.replace(b"\n", b" ") if item.identity else item.payload}
+    with pytest.raises(ValueError, match="one event or more"):
+        ingest(client, keys, items, horizon=3600, block=0)
     shapes = [list(fields)[0] for _, fields in client.xrange(keys.ingest)]
     assert shapes.count(b"b") > 5 and shapes.count(b"e") > 5
     # in order, each line as sent (a valid event's line breaks as spaces: the same JSON)
