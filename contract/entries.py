@@ -112,8 +112,8 @@ def block_entry(lines: list[bytes]) -> dict:
     >>> block_entry([b'{"a": 1}', b'{"b": 2}'])
     {'b': b'{"a": 1}\\n{"b": 2}', 'n': 2}
     """
-    if not lines or any(b"\n" in line for line in lines):
-        raise ValueError("a block holds one or more events, none with a line break")
+    if not 0 < len(lines) <= BLOCK_MAX or any(b"\n" in line for line in lines):
+        raise ValueError(f"a block holds 1 to {BLOCK_MAX:,} events, none with a line break")
     return {BLOCK_FIELD: b"\n".join(lines), COUNT_FIELD: len(lines)}
 
 
@@ -137,9 +137,11 @@ def block_count(values: list[bytes]) -> int | None:
 def read_ingest(entries: Iterable[tuple[bytes, dict]]) -> list[tuple[str, int | None, bytes]]:
     """The events of ingest entries as redis-py's ``XRANGE`` gives them (id, fields): per
     event the id of its entry, its place in a block (None: an entry of its own) and its JSON.
-    Control marks and entries of no known shape are left out.
+    Control marks and entries of no known shape (a block whose lines are not its count) are
+    left out, as the job rejects them.
 
-    >>> read_ingest([(b"1-0", {b"e": b"{}"}), (b"2-0", {b"b": b"[1]\\n[2]", b"n": b"2"}), (b"3-0", {b"c": b"{}"})])
+    >>> read_ingest([(b"1-0", {b"e": b"{}"}), (b"2-0", {b"b": b"[1]\\n[2]", b"n": b"2"}), (b"3-0", {b"c": b"{}"}),
+    ...              (b"4-0", {b"b": b"[3]", b"n": b"2"})])
     [('1-0', None, b'{}'), ('2-0', 0, b'[1]'), ('2-0', 1, b'[2]')]
     """
     events = []
@@ -149,7 +151,9 @@ def read_ingest(entries: Iterable[tuple[bytes, dict]]) -> list[tuple[str, int | 
         if values[:1] == [EVENT_FIELD.encode()]:
             events.append((text, None, values[1]))
         elif values[:1] == [BLOCK_FIELD.encode()] and block_count(values) is not None:
-            events += [(text, index, line) for index, line in enumerate(values[1].split(b"\n"))]
+            lines = values[1].split(b"\n")
+            if len(lines) == block_count(values):   # else the job rejects it whole
+                events += [(text, index, line) for index, line in enumerate(lines)]
     return events
 
 

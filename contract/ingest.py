@@ -21,7 +21,7 @@ import redis
 from penumbra.events import Event, Streams, parse_event_lines, parse_streams
 
 from .dead import queue_dead
-from .entries import BLOCK_FIELD, COUNT_FIELD, EVENT_FIELD, control_entry, rejected_letter
+from .entries import BLOCK_FIELD, BLOCK_MAX, COUNT_FIELD, EVENT_FIELD, control_entry, rejected_letter
 from .identity import (CONFLICT_REASON, DEFAULT_HORIZON_HOURS, DIGEST_BYTES, IDENTITY_BYTES, Identified,
                        identified)
 from .keys import Keys
@@ -129,8 +129,8 @@ def ingest(client: redis.Redis, keys: Keys, events: Sequence[Identified], horizo
     :data:`CONFLICT`. ``horizon``: seconds an identity is remembered at least (every writer
     must use the same). An event with an identity is valid JSON, so a line break in it is
     white space: a block holds it as a space."""
-    if block < 1:
-        raise ValueError(f"a block holds one event or more, not {block}")
+    if not 0 < block <= BLOCK_MAX:
+        raise ValueError(f"a block holds one event or more, at most {BLOCK_MAX:,}, not {block}")
     if not events:
         return []
     records, lines, alone = [], [], []

@@ -42,8 +42,9 @@ from .routing import ROUTED, Router, settle_heap
 
 __all__ = ["IngestSource", "SCHEMA"]
 
-#: One row per ingest entry: its ordinal, id, field (``e`` event, ``c`` control) and
-#: payload, and the registry version of the micro-batch.
+#: One row per event or other ingest entry (a block's events one by one): its ordinal, id
+#: (``<id>/<place>`` for a block's event), field (``e`` event, ``c`` control) and payload,
+#: and the registry version of the micro-batch.
 SCHEMA = "seq long, entry string, field string, data binary, registry long"
 #: Events a read task takes from Redis at a time (about: in entries, at their mean so far).
 READ_CHUNK = 10_000
@@ -63,11 +64,12 @@ log = logging.getLogger("penumbra.source")
 # walked). A part ends at the entry that reaches its position, so a block is never split.
 # One script, so the version is the one in force when the last entry of the batch was
 # appended: an event appended after a registry change is routed by it.
-# The walk goes in chunks of at most ARGV[4] (WALK_CHUNK) entries and keeps only where each
-# chunk starts, its entries walked and the events before it: Redis hands a script every
-# entry it reads as Lua tables, and one table of a whole batch took twice as long (a batch
-# of 100,000: 120-150 ms against 65-70 ms). The entry at a position is then found in its
-# chunk. Every entry read is handed over whole, a block's events too, so the walk reads no
+# The walk goes in chunks of at most ARGV[4] (WALK_CHUNK) entries: Redis hands a script
+# every entry it reads as Lua tables, and one table of a whole batch took twice as long (a
+# batch of 100,000: 120-150 ms against 65-70 ms). A full batch's part ends are taken as the
+# walk reaches them; when the stream holds less, the walk keeps where each chunk starts,
+# its entries and the events before it, and finds each end in its chunk after (a short
+# stream: a few entries). Every entry read is handed over whole, a block's events too, so the walk reads no
 # more than it needs: a first chunk of FIRST_TAKE entries, then as many as the events still
 # wanted take at the mean of the entries walked (in chunks of 500 entries, a batch of
 # 100,000 events in blocks of 1,000 read 500 blocks where it needs 100: the drain fell by a
@@ -82,6 +84,19 @@ local function weight(fields)
   end
   return 1
 end
+-- where the parts end: at shares of ``total`` events (ARGV[3] parts), or at ARGV[5], ...
+local function positions(total)
+  local found = {}
+  if parts > 0 then
+    local share = math.min(parts, total)
+    for part = 1, share do found[part] = math.floor(total * part / share) end
+  else
+    for i = 5, #ARGV do found[#found + 1] = tonumber(ARGV[i]) end
+  end
+  return found
+end
+-- a full batch's ends are known before the walk: each is taken as the walk reaches it
+local targets, target, stops = positions(wanted), 1, {}
 local starts, before, sizes, after, count, walked = {}, {}, {}, ARGV[1], 0, 0
 local take = math.min(%(first)d, wanted)
 while count < wanted do
@@ -92,6 +107,11 @@ while count < wanted do
   local used = #entries
   for i, entry in ipairs(entries) do
     count = count + weight(entry[2])
+    while targets[target] and targets[target] <= count do
+      stops[#stops + 1] = entry[1]
+      stops[#stops + 1] = count
+      target = target + 1
+    end
     if count >= wanted then
       used = i
       break
@@ -106,36 +126,31 @@ while count < wanted do
 end
 local out = {version, count, walked, after}
 if count == 0 then return out end
-local positions = {}
-if parts > 0 then
-  local total = math.min(count, wanted)
-  parts = math.min(parts, total)
-  for part = 1, parts do positions[part] = math.floor(total * part / parts) end
-else
-  for i = 5, #ARGV do
-    local position = tonumber(ARGV[i])
-    if position <= count then positions[#positions + 1] = position end
-  end
-end
-for _, last in ipairs(positions) do
-  local index = #before
-  while before[index] >= last do index = index - 1 end
-  local reached = before[index]
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '(' .. starts[index], '+', 'COUNT', sizes[index])) do
-    reached = reached + weight(entry[2])
-    if reached >= last then
-      out[#out + 1] = entry[1]
-      out[#out + 1] = reached
-      break
+if count < wanted and parts > 0 then
+  -- the stream held less than a batch: its parts end at shares of what was walked, each
+  -- found in its chunk
+  stops = {}
+  for _, last in ipairs(positions(count)) do
+    local index = #before
+    while before[index] >= last do index = index - 1 end
+    local reached = before[index]
+    for _, entry in ipairs(redis.call('XRANGE', KEYS[1], '(' .. starts[index], '+', 'COUNT', sizes[index])) do
+      reached = reached + weight(entry[2])
+      if reached >= last then
+        stops[#stops + 1] = entry[1]
+        stops[#stops + 1] = reached
+        break
+      end
     end
   end
 end
+for _, value in ipairs(stops) do out[#out + 1] = value end
 return out
 """ % {"block": BLOCK_FIELD, "count": COUNT_FIELD, "first": FIRST_TAKE}
 #: Events a batch read with no limit (``Trigger.AvailableNow``) may take: all there are.
 _ALL = 1 << 50
 _BLOCK = BLOCK_FIELD.encode()
-#: Entries one call of the plan's script walks when the next batch is planned in the
+#: Events one call of the plan's script walks when the next batch is planned in the
 #: background (:class:`_NextPlan`): Redis serves the readers and the sink between calls.
 SEGMENT = 5_000
 
@@ -294,12 +309,12 @@ class IngestReader(DataSourceStreamReader):
 
 
 class _NextPlan:
-    """The split ids of the full batch of ``rows`` entries after ``after``, walked in a
+    """The split ids of the full batch of ``rows`` events after ``after``, walked in a
     background thread of the driver while the batch before it runs (the walk of a batch of
-    100,000 takes Redis some 80 ms, during which the executors would otherwise wait). The
-    walk goes :data:`SEGMENT` entries per call of the script; if the stream holds fewer than
-    ``rows`` entries after ``after``, there is no plan and the batch is walked when it is
-    planned, so it takes every entry there is by then."""
+    100,000 entries takes Redis some 80 ms, during which the executors would otherwise
+    wait). The walk goes :data:`SEGMENT` events per call of the script; if the stream holds
+    fewer than ``rows`` events after ``after``, there is no plan and the batch is walked
+    when it is planned, so it takes every entry there is by then."""
 
     def __init__(self, plan, keys: Keys, after: str, rows: int, parts: int):
         self.plan, self.keys, self.after, self.rows, self.parts = plan, keys, after, rows, parts

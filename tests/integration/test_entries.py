@@ -170,3 +170,15 @@ def test_a_value_utf_8_cannot_carry_gets_a_response_not_an_error():
     content = {"items": [{"key": {"k": "x\ud800"}, "attrs": {"name": "é"}}]}
     assert json.loads(Response(content).body) == content
     assert Response({"name": "é"}).body.decode() == '{"name":"é"}'     # UTF-8 as ever otherwise
+
+
+def test_read_ingest_gives_what_the_job_reads_of_each_entry(client, keys):
+    for fields in ({"e": b"[0]"}, entries.block_entry([b"[1]", b"[2]"]), {"b": b"[3]\n[4]", "n": b"3"},
+                   {"b": b"[5]\n[6]", "n": b"02"}, {"c": b'{"end": []}'}, {"x": b"[7]"}):
+        client.xadd(keys.ingest, fields)
+    stream = client.xrange(keys.ingest)
+    ids = [entry_id.decode() for entry_id, _ in stream]
+    # a block whose lines are not its count, or with no count, is rejected whole by the job
+    assert entries.read_ingest(stream) == [(ids[0], None, b"[0]"), (ids[1], 0, b"[1]"), (ids[1], 1, b"[2]")]
+    with pytest.raises(ValueError):
+        entries.block_entry([b"[1]", b"[2]\n"])
