@@ -150,7 +150,7 @@ def read_ingest(entries: Iterable[tuple[bytes, dict]]) -> list[tuple[str, int | 
         values = [part for pair in fields.items() for part in pair]
         if values[:1] == [EVENT_FIELD.encode()]:
             events.append((text, None, values[1]))
-        elif values[:1] == [BLOCK_FIELD.encode()] and block_count(values) is not None:
+        elif values[:1] == [BLOCK_FIELD.encode()]:
             lines = values[1].split(b"\n")
             if len(lines) == block_count(values):   # else the job rejects it whole
                 events += [(text, index, line) for index, line in enumerate(lines)]
