@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import orjson
 
-from penumbra.events import Event, content_of
+from penumbra.events import Admitted, Event, content_of
 
 __all__ = ["BUCKETS", "CONFLICT_REASON", "DEFAULT_HORIZON_HOURS", "Identified", "content_digest", "identified",
            "identity"]
@@ -79,11 +79,11 @@ def _stream_key(stream: str) -> bytes:
     return len(name).to_bytes(4, "big") + name
 
 
-def content_digest(event: Event) -> bytes:
+def content_digest(event: Event | Admitted) -> bytes:
     """A 64-bit digest of what a parsed event says beyond its identity (the core's
     :func:`~penumbra.events.content_of`: the one rule for "the same content" within a block
-    and across requests alike)."""
-    content = content_of(event)
+    and across requests alike; an :class:`~penumbra.events.Admitted` carries it)."""
+    content = event.content if type(event) is Admitted else content_of(event)
     try:
         canonical = orjson.dumps(content)
     except TypeError:  # what orjson does not write (an integer beyond 64 bits)
@@ -93,9 +93,9 @@ def content_digest(event: Event) -> bytes:
     return hasher.digest()
 
 
-def identified(event: Event | None, payload: bytes) -> Identified:
-    """A parsed event on its way to the ingest stream as ``payload``, with its identity;
-    None (an entry that is not a valid event: the job rejects it) has none."""
+def identified(event: Event | Admitted | None, payload: bytes) -> Identified:
+    """A parsed (or admitted) event on its way to the ingest stream as ``payload``, with its
+    identity; None (an entry that is not a valid event: the job rejects it) has none."""
     if event is None:
         return Identified(None, 0, b"", payload)
     key = identity(event.stream, event.id)

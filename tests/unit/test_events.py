@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from penumbra.errors import ValidationError
 from penumbra.events import (
-    MAX_ATTRS, Streams, event_to_json, loads, parse_event, parse_event_line, parse_event_lines, parse_events, parse_streams,
+    MAX_ATTRS, Admitted, Streams, admit_contents, admit_events, content_of, event_to_json, loads, parse_event, parse_event_line, parse_event_lines, parse_events, parse_streams,
     read_events)
 from penumbra.events import codec, model, validation
 from penumbra.timestamps import Histogram, Interval
@@ -438,6 +438,37 @@ def test_a_block_reads_as_its_lines_one_by_one(raws):
     for raw, parsed in zip(raws, block):
         got = ("rejected", parsed.field, parsed.message) if isinstance(parsed, ValidationError) else described(parsed)
         assert got == one_by_one(raw, streams)
+
+
+def fate_said(fate):
+    """A fate of ``admit_events`` or ``admit_contents`` as both must say it: the first
+    coming of an identity with its stream, id, content, timestamp length (to the bit) and
+    attributes with their types; the index of a repeat; or the refusal's field and words."""
+    if isinstance(fate, ValidationError):
+        return "rejected", fate.field, fate.message
+    if isinstance(fate, int):
+        return "repeat", fate
+    length = fate.length if isinstance(fate, Admitted) else fate.ts.length
+    content = fate.content if isinstance(fate, Admitted) else content_of(fate)
+    # repr: equal tuples may still serialise apart (-0.0 == 0.0, True == 1 == 1.0)
+    return ("event", fate.stream, fate.id, repr(content), repr(length), type(length),
+            sorted((key, type(value), value) for key, value in fate.attrs.items()))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(template_lines, template_lines.map(str.encode), template_lines.map(json.loads), json_texts,
+                          near_events, near_events.map(as_json), st.builds(event, id=st.sampled_from(["a", "b"])),
+                          st.builds(event, id=st.sampled_from(["a", "b"]), ts=st.sampled_from(
+                              [{"lo": 100, "hi": 120}, {"lo": -0.0, "hi": 0}, {"edges": [0, 1, 3], "probs": [0.5, 0.5]},
+                               {"lo": 0, "hi": 2, "pmf": [0.5, 0.5]}, {"detected": 1e-300, "template": "s1"}]))),
+                max_size=16), st.booleans())
+def test_admitting_contents_decides_as_admitting_events(raws, registered):
+    """``admit_contents`` (the ingest's check, which builds no event) gives every input the
+    fate ``admit_events`` gives it, and for a valid one what its event says: the content
+    the identity's digest is of, and the timestamp length the stream's pi is checked on."""
+    streams = parse_streams(STREAMS) if registered else None
+    expected = [fate_said(fate) for fate in admit_events(raws, streams)]
+    assert [fate_said(fate) for fate in admit_contents(raws, streams)] == expected
 
 
 def test_a_block_resolves_each_template_once_for_all_its_events(streams):
