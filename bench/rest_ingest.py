@@ -4,7 +4,9 @@ One redis-server and one API process (``python -m backend``, one uvicorn worker)
 loopback, started here and stopped by their pids; the ingest rate limit raised so it
 does not bound the figure. A few client threads (httpx, keep-alive) post pre-encoded
 batches; the ingest stream's events are checked to have grown by exactly those
-accepted. Redis runs with its append-only file as ``penumbra up`` runs it, fsynced before
+accepted, and the API's and Redis's CPU time an event is read from ``/proc`` (the
+client's share of the two cores bounds the rate; the API's time is what it costs a
+deployment). Redis runs with its append-only file as ``penumbra up`` runs it, fsynced before
 it answers (``appendfsync always``: a 202 is on disk), and, in the same run, fsynced once
 a second (``everysec``, what the durable acknowledgement costs). Baselines: the same
 events appended to the ingest stream straight from Python (``contract.append_events``,
@@ -18,6 +20,7 @@ batching saves).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +50,12 @@ def events(stream: str, first: int, count: int) -> list[dict]:
         ts = {"lo": t, "hi": t + 5.0} if n % 2 else {"detected": t + 40.0, "template": "t1"}
         out.append({"stream": stream, "id": f"e-{n}", "ts": ts, "attrs": {"region": f"r{n % 8}"}})
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def post_batches(url: str, bodies: list[bytes], threads: int) -> tuple[float, int]:
@@ -96,12 +105,15 @@ def main() -> None:
 
             bodies = [orjson.dumps(events("bench", b * args.batch, args.batch)) for b in range(batches)]
             before = len(read_ingest(store.xrange(keys.ingest)))
+            spent = [cpu_seconds(p.pid) for p in (api.process, server.process)]
             seconds, accepted = post_batches(api.url, bodies, args.threads)
+            spent = [1e6 * (cpu_seconds(p.pid) - was) / total for p, was in zip((api.process, server.process), spent)]
             grown = len(read_ingest(store.xrange(keys.ingest))) - before
             figures[f"REST, 1,000 per request, fsync {fsync}"] = total / seconds
             report.say(f"AOF fsync {fsync}: REST batches {total / seconds:,.0f} events/s ({seconds:.2f} s); "
                        f"accepted {accepted:,}, ingest stream's events grew by {grown:,} "
-                       f"({'exact' if grown == accepted == total else 'MISMATCH'})")
+                       f"({'exact' if grown == accepted == total else 'MISMATCH'}); CPU an event: "
+                       f"the API {spent[0]:.1f} µs, Redis {spent[1]:.1f} µs (the client, in this process, the rest)")
 
             one = [orjson.dumps(e) for e in events("bench", 2 * total, singles)]
             seconds_one, accepted_one = post_batches(api.url, one, args.threads)
