@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Iterable
 
 import orjson
@@ -60,10 +61,27 @@ def encode(value: Any) -> bytes:
         return json.dumps(_plain(value), separators=(",", ":")).encode()
 
 
+#: orjson reads an integer literal beyond 64 bits (19 digits or more) as a float
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _loads(raw: bytes) -> Any:
+    """What the json module reads of an entry's JSON field, through orjson where it reads it
+    the same (a match's fields in about a third of the time): orjson refuses what only the
+    json module reads (NaN, -Infinity, 1e999, lone surrogates), and a field with a run of 19
+    digits or more (an integer orjson would read as a float) goes to the json module."""
+    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 def decode(raw: bytes | str | None) -> Any:
     """The value of an entry's JSON field (None when the field is absent). Observations
     hold -Infinity for "no bound yet": the json module reads it back."""
-    return json.loads(raw) if raw is not None else None
+    return _loads(raw) if raw is not None else None
 
 
 def entry_time(entry_id: bytes | str) -> float:
@@ -238,7 +256,7 @@ def _batch(fields: dict) -> int | None:
 
 def match_value(fields: dict) -> dict:
     """A match entry's match, as ``penumbra eval`` prints it."""
-    return json.loads(fields[b"m"])
+    return _loads(fields[b"m"])
 
 
 def read_match(entry_id: bytes, fields: dict) -> dict:
@@ -248,11 +266,11 @@ def read_match(entry_id: bytes, fields: dict) -> dict:
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
-            "alarm": _text(fields, "i"), "key": json.loads(fields[b"k"]) if b"k" in fields else None,
-            "times": json.loads(fields[b"t"]) if b"t" in fields else None,
+            "alarm": _text(fields, "i"), "key": _loads(fields[b"k"]) if b"k" in fields else None,
+            "times": _loads(fields[b"t"]) if b"t" in fields else None,
             "partition": _text(fields, "p") or None,
-            "records": json.loads(fields[b"r"]) if b"r" in fields else None,
-            "factors": json.loads(fields[b"f"]) if b"f" in fields else None}
+            "records": _loads(fields[b"r"]) if b"r" in fields else None,
+            "factors": _loads(fields[b"f"]) if b"f" in fields else None}
 
 
 def observation_entry(record: dict, batch: int) -> dict:
@@ -263,7 +281,7 @@ def observation_entry(record: dict, batch: int) -> dict:
 def read_observation(entry_id: bytes, fields: dict) -> dict:
     """One observation entry: its cursor, batch, time and observations (unbounded as ±inf)."""
     return {"id": entry_id.decode(), "batch": _batch(fields), "at": entry_time(entry_id),
-            "observations": json.loads(fields[b"o"])}
+            "observations": _loads(fields[b"o"])}
 
 
 def metrics_entry(metrics: dict) -> dict:
@@ -272,7 +290,7 @@ def metrics_entry(metrics: dict) -> dict:
 
 
 def read_metrics(fields: dict) -> dict:
-    return json.loads(fields[b"metrics"])
+    return _loads(fields[b"metrics"])
 
 
 # --- pub/sub (pn:live): what changed, to wake the live feeds ---------------------------------

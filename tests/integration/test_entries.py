@@ -7,6 +7,7 @@ import json
 
 import pytest
 import redis
+from hypothesis import given, settings, strategies as st
 
 from contract import entries
 from contract.ingest import append_events, end_of_input
@@ -149,6 +150,22 @@ def test_a_match_payload_carries_its_parts_whatever_their_values():
         assert json.loads(times) == json.loads(json.dumps(parts[2]))
         assert (json.loads(kept) if kept else None) == (json.loads(json.dumps(parts[4])) if parts[4] else None)
         assert (json.loads(factors) if factors else None) == (parts[5] or None)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.text(max_size=6)
+    | st.integers(-(2 ** 70), 2 ** 70) | st.sampled_from([2 ** 63, -(2 ** 63) - 1, 2 ** 64, 2 ** 64 - 1, -0.0, "\ud800"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(json_values, st.booleans())
+def test_an_entrys_json_reads_as_the_json_module_reads_it(value, by_encoder):
+    """A JSON field (as the job's encoder or the json module writes it, NaN, -Infinity and
+    integers beyond 64 bits included) reads as the json module alone reads it: the same
+    values of the same types, to the bit."""
+    raw = entries.encode(value) if by_encoder else json.dumps(value).encode()
+    assert repr(entries.decode(raw)) == repr(json.loads(raw))
 
 
 def test_what_orjson_cannot_write_still_reaches_the_feed_and_the_webhooks():
