@@ -14,8 +14,8 @@ the checks that make one, :mod:`.codec` the reading of JSON text (lines, blocks,
 
 # the service imports ``loads`` and ``loads_events`` and the tests ``MAX_ATTRS`` from here; as before, none is in __all__
 from .codec import (
-    Admitted, Rejected, admit_contents, admit_events, collector_paused, content_of, load_events, load_streams, loads, loads_events,
-    parse_event_line, parse_event_lines, parse_events, read_events,
+    Admitted, Rejected, admit_contents, admit_events, collector_paused, content_of, load_events, load_streams, loads,
+    loads_events, parse_event_line, parse_event_lines, parse_events, read_events,
 )
 from .model import MAX_ATTRS, Event, event_to_json, parse_event
 from .streams import GAP_FAMILIES, StreamParams, Streams, gap_problem, parse_streams

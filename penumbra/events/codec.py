@@ -27,8 +27,8 @@ except ImportError:  # the json module reads everything orjson would, about 4x s
     orjson = None
 
 __all__ = [
-    "Admitted", "Rejected", "admit_contents", "admit_events", "collector_paused", "content_of", "load_events", "load_streams", "parse_event_line",
-    "parse_event_lines", "parse_events", "read_events",
+    "Admitted", "Rejected", "admit_contents", "admit_events", "collector_paused", "content_of", "load_events",
+    "load_streams", "parse_event_line", "parse_event_lines", "parse_events", "read_events",
 ]
 
 #: Lines of a file parsed as one block (:func:`read_events`).
@@ -280,7 +280,7 @@ def admit_contents(raws: Sequence[str | bytes | Mapping], streams: Streams | Non
                    ) -> list[Admitted | ValidationError | int]:
     """:func:`admit_events` for a writer that keeps the raw events as they came (the
     ingest): the same fates and errors, with an :class:`Admitted` in place of each event.
-    A common event is checked without being built (about half the time)."""
+    A common event is checked without being built, in about half the time."""
     out: list[Admitted | ValidationError | int] = []
     seen: dict[tuple[str, str], int] = {}
     bounds: dict[int, tuple[float, float]] = {}    # by id: the block's streams hold its templates

@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from penumbra.errors import ValidationError
 from penumbra.events import (
-    MAX_ATTRS, Admitted, Streams, admit_contents, admit_events, content_of, event_to_json, loads, parse_event, parse_event_line, parse_event_lines, parse_events, parse_streams,
-    read_events)
+    MAX_ATTRS, Admitted, Streams, admit_contents, admit_events, content_of, event_to_json, loads, parse_event,
+    parse_event_line, parse_event_lines, parse_events, parse_streams, read_events)
 from penumbra.events import codec, model, validation
 from penumbra.timestamps import Histogram, Interval
 
