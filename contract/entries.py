@@ -63,14 +63,19 @@ def encode(value: Any) -> bytes:
 
 #: orjson reads an integer literal beyond 64 bits (19 digits or more) as a float
 _LONG_DIGITS = re.compile(rb"\d{19}")
+#: orjson reads nesting the json module refuses (beyond Python's recursion limit): a field
+#: that could nest this deep goes to the json module
+_DEEP = 256
 
 
 def _loads(raw: bytes) -> Any:
     """What the json module reads of an entry's JSON field, through orjson where it reads it
     the same (a match's fields in about a third of the time): orjson refuses what only the
     json module reads (NaN, -Infinity, 1e999, lone surrogates), and a field with a run of 19
-    digits or more (an integer orjson would read as a float) goes to the json module."""
-    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None:
+    digits or more (an integer orjson would read as a float) or brackets enough to nest
+    :data:`_DEEP` deep goes to the json module."""
+    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None \
+            and (len(raw) < 2 * _DEEP or raw.count(b"[") + raw.count(b"{") < _DEEP):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:

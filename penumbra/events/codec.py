@@ -239,7 +239,7 @@ def _attrs_content(attrs: Mapping[str, Any]) -> tuple:
 class Admitted(NamedTuple):
     """What a writer that keeps events as they came needs of a valid one (:func:`admit_contents`):
     its stream and id, its content (:func:`content_of`), its timestamp's length and its
-    attributes."""
+    attributes (as decoded: not a copy, to be read only)."""
 
     stream: str
     id: str
@@ -253,7 +253,7 @@ def _admitted(raw: str | bytes | Mapping[str, Any], streams: Streams | None, bou
     The common event (:func:`~penumbra.events.model._common`) is not built: its content is
     read off its fields, and a template's length is the one its resolved histogram has
     (``phi`` shifted by ``detected - max(phi)``, edge by edge). ``bounds``: each template's
-    ``(min, max)`` read once."""
+    ``(phi, min, max)`` read once."""
     if type(raw) is dict:
         obj, common = raw, _common(raw, streams)
     else:
@@ -267,7 +267,10 @@ def _admitted(raw: str | bytes | Mapping[str, Any], streams: Streams | None, bou
         stamp, length = ("interval", lo + 0.0, hi + 0.0, None), hi - lo
     else:
         phi, name, detected = template
-        lo, hi = bounds.get(id(phi)) or bounds.setdefault(id(phi), (phi.lo, phi.hi))
+        known = bounds.get(id(phi))
+        if known is None or known[0] is not phi:   # held with its bounds, so its id stays its own
+            known = bounds[id(phi)] = (phi, phi.lo, phi.hi)
+        _, lo, hi = known
         shift = detected - hi
         stamp, length = ("template", name, detected + 0.0), (hi + shift) - (lo + shift)
     return _new_admitted((stream, event_id, (stamp, _attrs_content(attrs) if attrs else ()), length, attrs))
@@ -283,7 +286,7 @@ def admit_contents(raws: Sequence[str | bytes | Mapping], streams: Streams | Non
     A common event is checked without being built, in about half the time."""
     out: list[Admitted | ValidationError | int] = []
     seen: dict[tuple[str, str], int] = {}
-    bounds: dict[int, tuple[float, float]] = {}    # by id: the block's streams hold its templates
+    bounds: dict[int, tuple[Histogram, float, float]] = {}    # each template's (phi, min, max), by id
     with collector_paused():
         for index, raw in enumerate(raws):
             try:

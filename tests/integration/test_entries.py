@@ -4,6 +4,7 @@ reader's decoder gets back, as Redis hands it (every field as bytes), field for 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import redis
@@ -167,6 +168,26 @@ def test_an_entrys_json_reads_as_the_json_module_reads_it(value, by_encoder):
     values of the same types, to the bit."""
     raw = entries.encode(value) if by_encoder else json.dumps(value).encode()
     assert repr(entries.decode(raw)) == repr(json.loads(raw))
+
+
+@pytest.mark.parametrize("depth", [1, 255, 256, 300, 991, 1000, 1024, 1025])
+def test_deep_json_reads_as_the_json_module_reads_it(depth):
+    """orjson reads nesting to 1,024 levels, the json module to Python's recursion limit:
+    a field either reads the same or fails alike."""
+    def outcome(read, raw):     # (the values, as deep, would take the recursion limit to compare)
+        try:
+            read(raw)
+        except RecursionError:
+            return "too deep"
+        return "read"
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)     # Python's own (a test runner may raise it)
+    try:
+        for raw in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+            assert outcome(entries.decode, raw) == outcome(json.loads, raw)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_what_orjson_cannot_write_still_reaches_the_feed_and_the_webhooks():

@@ -471,6 +471,33 @@ def test_admitting_contents_decides_as_admitting_events(raws, registered):
     assert [fate_said(fate) for fate in admit_contents(raws, streams)] == expected
 
 
+def test_admitting_contents_takes_each_templates_own_bounds():
+    """Templates made afresh at each look-up (a stream parameters' mapping of its own) may
+    share an id once the first is gone: each event still gets its own template's length."""
+    from collections.abc import Mapping
+
+    from penumbra.events import StreamParams
+
+    class Fresh(Mapping):
+        def __init__(self, spec):
+            self.spec = spec
+
+        def __getitem__(self, name):
+            return Histogram(*self.spec[name])
+
+        def __iter__(self):
+            return iter(self.spec)
+
+        def __len__(self):
+            return len(self.spec)
+
+    streams = Streams([StreamParams("F", Fresh({"a": ([0, 1, 3], [0.5, 0.5]), "b": ([0, 100], [1.0])}))])
+    raws = [b'{"stream":"F","id":"1","ts":{"detected":10,"template":"a"}}',
+            b'{"stream":"F","id":"2","ts":{"detected":10,"template":"b"}}'] * 3
+    assert [fate_said(f) for f in admit_contents(raws, streams)] == [fate_said(f) for f in admit_events(raws, streams)]
+    assert [f.length for f in admit_contents(raws[:2], streams)] == [3.0, 100.0]
+
+
 def test_a_block_resolves_each_template_once_for_all_its_events(streams):
     lines = [json.dumps({"stream": "seismic", "id": f"s{n}", "ts": {"detected": 100 + n, "template": "s1"}})
              for n in range(5)] + [line(id="i")]
