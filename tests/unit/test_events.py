@@ -548,12 +548,15 @@ def test_an_identity_sent_again_is_taken_once_or_is_a_conflict(streams, first, a
         assert [e.id for e in events] == ["x", "y"] and [(i, e.field) for i, e in rejected] == [(1, "id")]
 
 
+def event_like(inner):
+    return st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["attrs", "id", "ts", "x"]), inner, max_size=4)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(
     st.binary(max_size=60),
     st.recursive(st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.floats() | st.text(max_size=5),
-                 lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["attrs", "id", "ts", "x"]),
-                                                                            inner, max_size=4), max_leaves=12)
+                 event_like, max_leaves=12)
     .map(lambda value: json.dumps(value).encode())))
 def test_a_request_body_reads_as_the_strict_reader_reads_it(body):
     """``loads_events`` (orjson where it agrees) gives what ``loads`` gives, or the same error."""
