@@ -271,11 +271,9 @@ def read_match(entry_id: bytes, fields: dict) -> dict:
     match = match_value(fields)
     return {"id": entry_id.decode(), "events": match.get("events", {}), "prob": match["prob"],
             "range": match.get("range"), "batch": _batch(fields), "at": entry_time(entry_id),
-            "alarm": _text(fields, "i"), "key": _loads(fields[b"k"]) if b"k" in fields else None,
-            "times": _loads(fields[b"t"]) if b"t" in fields else None,
-            "partition": _text(fields, "p") or None,
-            "records": _loads(fields[b"r"]) if b"r" in fields else None,
-            "factors": _loads(fields[b"f"]) if b"f" in fields else None}
+            "alarm": _text(fields, "i"), "key": decode(fields.get(b"k")), "times": decode(fields.get(b"t")),
+            "partition": _text(fields, "p") or None, "records": decode(fields.get(b"r")),
+            "factors": decode(fields.get(b"f"))}
 
 
 def observation_entry(record: dict, batch: int) -> dict:

@@ -13,6 +13,7 @@ import functools
 import gc
 import itertools
 import json
+import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -284,23 +285,37 @@ def admit_contents(raws: Sequence[str | bytes | Mapping], streams: Streams | Non
     """:func:`admit_events` for a writer that keeps the raw events as they came (the
     ingest): the same fates and errors, with an :class:`Admitted` in place of each event.
     A common event is checked without being built, in about half the time."""
-    out: list[Admitted | ValidationError | int] = []
-    seen: dict[tuple[str, str], int] = {}
     bounds: dict[int, tuple[Histogram, float, float]] = {}    # each template's (phi, min, max), by id
+    parsed: list[Admitted | ValidationError] = []
     with collector_paused():
-        for index, raw in enumerate(raws):
+        for raw in raws:
             try:
-                admitted = _admitted(raw, streams, bounds)
+                parsed.append(_admitted(raw, streams, bounds))
             except ValidationError as error:
-                out.append(error)
-                continue
-            first = seen.setdefault((admitted.stream.casefold(), admitted.id), index)
-            if first == index:
-                out.append(admitted)
-            elif out[first].content == admitted.content:
-                out.append(first)
-            else:
-                out.append(_conflict(admitted))
+                parsed.append(error)
+        return _fates(parsed, _ADMITTED_CONTENT)
+
+
+_ADMITTED_CONTENT = operator.attrgetter("content")
+
+
+def _fates(parsed: Sequence, content) -> list:
+    """Each parsed input's fate (:func:`admit_events`): the first coming of its identity, the
+    index of that first coming for a repeat with the same ``content(...)``, a conflict for
+    one with other content; an error stays as it is."""
+    out: list = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, item in enumerate(parsed):
+        if isinstance(item, ValidationError):
+            out.append(item)
+            continue
+        first = seen.setdefault((item.stream.casefold(), item.id), index)
+        if first == index:
+            out.append(item)
+        elif content(out[first]) == content(item):
+            out.append(first)
+        else:
+            out.append(_conflict(item))
     return out
 
 
@@ -315,21 +330,7 @@ def admit_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     identity (stream, id) comes; the index of that first time when it comes again with the
     same content (a duplicate, taken once); a :class:`ValidationError` when it is invalid,
     or comes again with other content (a conflict)."""
-    out: list[Event | ValidationError | int] = []
-    seen: dict[tuple[str, str], int] = {}
-    for index, parsed in enumerate(parse_event_lines(raws, streams)):
-        if isinstance(parsed, ValidationError):
-            out.append(parsed)
-            continue
-        key = (parsed.stream.casefold(), parsed.id)
-        first = seen.setdefault(key, index)
-        if first == index:
-            out.append(parsed)
-        elif content_of(out[first]) == content_of(parsed):
-            out.append(first)
-        else:
-            out.append(_conflict(parsed))
-    return out
+    return _fates(parse_event_lines(raws, streams), content_of)
 
 
 def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None = None
