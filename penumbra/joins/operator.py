@@ -19,7 +19,7 @@ import math
 import pickle
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -177,6 +177,51 @@ def _events_of(rows: Rows, index: np.ndarray, stream: str, template_names: list[
     distinct, back = np.unique(index, return_inverse=True)
     made = [row_event(rows, i, stream, template_names) for i in distinct.tolist()]
     return [made[k] for k in back.tolist()]
+
+
+def _key_values(attrs: list[Mapping[str, Any]], names: tuple[str, ...]) -> list:
+    """Each event's key values: with one name the value itself, with several their tuple;
+    None for an event without one of them (missing or null)."""
+    if len(names) == 1:
+        name = names[0]
+        return [values.get(name) for values in attrs]
+    found = [tuple([values.get(name) for name in names]) for values in attrs]
+    return [None if None in values else values for values in found]
+
+
+def _key_codes(values: list) -> tuple[np.ndarray, list[tuple | None]]:
+    """Each event's code for its key values (:func:`_key_values`), and for each code in order
+    of first appearance the join's key, ``((is_boolean, value), ...)`` (None: no key). Values
+    the join takes as one key share a code: 1, 1.0 and -0.0/0.0 alike, but True is not 1.
+
+    Values are coded as they are, in one dict pass; only when a boolean may hide behind an
+    equal number (some key equal to 0 or 1, or a tuple) are they looked at one by one.
+
+    >>> codes, keys = _key_codes(["n", 1, None, 1.0, True, "n"])
+    >>> codes.tolist(), keys
+    ([0, 1, 2, 1, 3, 0], [((False, 'n'),), ((False, 1),), None, ((True, True),)])
+    """
+    first: dict = {}
+    codes = [first.setdefault(value, len(first)) for value in values]
+    if (0 in first or 1 in first or any(type(value) is tuple for value in first)) \
+            and any(_holds_boolean(value) for value in values):
+        first = {}
+        codes = [first.setdefault(_key(value), len(first)) for value in values]
+        distinct = list(first)
+    else:
+        distinct = [_key(value) for value in first]
+    return np.asarray(codes, dtype=np.int64), distinct
+
+
+def _holds_boolean(value: Any) -> bool:
+    return type(value) is bool or type(value) is tuple and any(type(item) is bool for item in value)
+
+
+def _key(value: Any) -> tuple | None:
+    """The join's key of an event's key values (:func:`_key_codes`)."""
+    if value is None:
+        return None
+    return tuple([(type(item) is bool, item) for item in (value if type(value) is tuple else (value,))])
 
 
 class _Arrived:
@@ -473,46 +518,40 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
 
     def _keyed(self, columns: EventColumns, arrivals: list[tuple[np.ndarray, np.ndarray]]) -> _Arrived:
         """The arrived events with their keys, in arrival order (by event, then side), those
-        without a key and those of other key groups counted and left."""
+        without a key and those of other key groups counted and left. Each key is found and
+        decided once per block (:func:`_key_codes`), not once per event."""
         ids = [np.concatenate([mine, np.full(len(mine), k)]).reshape(2, -1) for k, (mine, _) in enumerate(arrivals)]
         entries = np.concatenate(ids, axis=1)            # (event, side) of every arrival
         order = np.lexsort((entries[1], entries[0]))
-        rank = np.full(entries.shape[1], -1, dtype=np.int64)
-        ranks: dict[tuple, int] = {}
-        keys: list[tuple] = []
-        foreign: set[tuple] = set()
-        attrs = columns.attrs
+        attrs = columns.attrs[entries[0, order]].tolist()
         names = [side.key for side in self.sides]
-        unkeyed = other = 0
+        if names[0] == names[1]:
+            found = _key_values(attrs, names[0])
+        else:
+            found = [None] * len(attrs)
+            sides = entries[1, order]
+            for k in (0, 1):
+                at = np.flatnonzero(sides == k).tolist()
+                for i, value in zip(at, _key_values([attrs[i] for i in at], names[k])):
+                    found[i] = value
+        codes, distinct = _key_codes(found)
+        ranked = np.full(len(distinct), -1, dtype=np.int64)     # each code's rank among the keys kept
+        foreign = np.zeros(len(distinct), dtype=bool)
+        keys: list[tuple] = []
         owns = self.key_group.owns if self.key_group is not None else None
-        for j, i, k in zip(order.tolist(), entries[0, order].tolist(), entries[1, order].tolist()):
-            key_names = names[k]
-            values = attrs[i]
-            if len(key_names) == 1:
-                value = values.get(key_names[0])
-                if value is None:
-                    unkeyed += 1
-                    continue
-                key = ((type(value) is bool, value),)
-            else:
-                found = tuple([values.get(name) for name in key_names])
-                if any(v is None for v in found):
-                    unkeyed += 1
-                    continue
-                # 1 and 1.0 are the same key; True is not 1.
-                key = tuple([(type(v) is bool, v) for v in found])
-            known = ranks.get(key)
-            if known is None:
-                # whether the key group owns a key is decided once per key and block
-                if key in foreign or owns is not None and not owns(tuple(v for _, v in key)):
-                    foreign.add(key)
-                    other += 1
-                    continue
-                known = ranks[key] = len(keys)
-                keys.append(key)
-            rank[j] = known
-        self.totals["unkeyed"] += unkeyed
-        self.totals["other_group"] += other
+        for code, key in enumerate(distinct):
+            if key is None:
+                continue
+            if owns is not None and not owns(tuple([value for _, value in key])):
+                foreign[code] = True
+                continue
+            ranked[code] = len(keys)
+            keys.append(key)
+        rank = np.empty(entries.shape[1], dtype=np.int64)
+        rank[order] = ranked[codes]
+        counts = np.bincount(codes, minlength=len(distinct))
+        self.totals["unkeyed"] += sum(int(counts[code]) for code, key in enumerate(distinct) if key is None)
+        self.totals["other_group"] += int(counts[foreign].sum())
         return _Arrived(self, columns, entries, order, rank, keys, [template for _, template in arrivals])
 
     # --- eviction ------------------------------------------------------------------------

@@ -86,6 +86,12 @@ def admitted_events(streams, events) -> list:
     return admitted
 
 
+def same_key(a, b) -> bool:
+    """Whether two key values are one key: equal, neither null, and a boolean only equal to
+    a boolean (1 and 1.0 are one key; True is not 1)."""
+    return a is not None and b is not None and a == b and (type(a) is bool) == (type(b) is bool)
+
+
 def brute_force(streams, events, d, threshold_at, keyed=False, filters=None, self_join=False):
     """All (A, B) pairs of events that were not late, keys equal and filters passing,
     with P >= the threshold in force when the later of the two arrived."""
@@ -103,7 +109,7 @@ def brute_force(streams, events, d, threshold_at, keyed=False, filters=None, sel
     right = [(p, e) for p, e in admitted if e.stream == side["B"]]
     expected, ambiguous = {}, set()
     for (pa, a), (pb, b) in itertools.product(left, right):
-        if a.id == b.id or (keyed and a.attrs["region"] != b.attrs["region"]):
+        if a.id == b.id or (keyed and not same_key(a.attrs.get("region"), b.attrs.get("region"))):
             continue
         p = oracle_within(a.histogram, b.histogram, d)
         threshold = threshold_at(max(pa, pb))
@@ -436,10 +442,11 @@ def test_hypothesis_small_joins_equal_brute_force(case):
 @pytest.mark.parametrize("kind", ["intervals", "templates", "mixed"])
 def test_many_keys_in_one_block_pair_only_within_their_key(strategy, kind):
     """Blocks holding dozens of keys at once (the block join lays them end to end): each
-    event pairs only with its own key's partners, 1 and 1.0 being one key."""
+    event pairs only with its own key's partners, 1 and 1.0 being one key, True not being
+    1 nor False 0, and an event without a key (null) pairing with none."""
     streams, events = workload(zlib.crc32(f"many keys {kind}".encode()) % 1000, kind, n=500, spacing=1.0)
     rng = np.random.default_rng(zlib.crc32(kind.encode()))
-    values = [f"r{k}" for k in range(12)] + [1, 1.0, 2, 2.5, -0.0, 0]
+    values = [f"r{k}" for k in range(12)] + [1, 1.0, 2, 2.5, -0.0, 0, True, False, None]
     events = [dataclasses.replace(e, attrs={**e.attrs, "region": values[int(rng.integers(0, len(values)))]})
               for e in events]
     op = compile_query(QUERY.format(d=16.0, keys="AND A.region = B.region", t=0.3, s=strategy), streams)
@@ -553,3 +560,38 @@ def test_what_the_operator_is_not_concerned_with_changes_nothing_but_time(text):
     found_kept |= {tuple(m.events.values()) for m in kept.flush().matches}
     assert found_whole and found_kept == found_whole
     assert dropped > 0 or "region" in text
+
+
+_KEY_SCALARS = st.sampled_from([None, True, False, 0, 1, 0.0, -0.0, 1.0, 2, 2.5, "a", "1"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(_KEY_SCALARS, max_size=30),
+                 st.lists(st.one_of(st.none(), st.tuples(_KEY_SCALARS, _KEY_SCALARS)), max_size=30)))
+def test_a_blocks_key_values_are_coded_as_the_join_compares_keys(values):
+    """Two events share a code exactly when their keys are one key (both absent, or equal
+    with booleans equal only to booleans, item by item), and each code stands for the key
+    of the first event that has it."""
+    from penumbra.joins.operator import _key_codes
+
+    def one_key(a, b):
+        if a is None or b is None:
+            return a is None and b is None
+        a, b = (a, b) if type(a) is tuple else ((a,), (b,))
+        return all(same_key(x, y) for x, y in zip(a, b))
+
+    values = [None if type(v) is tuple and None in v else v for v in values]
+    codes, distinct = _key_codes(values)
+    codes = codes.tolist()
+    for i, a in enumerate(values):
+        for j, b in enumerate(values):
+            assert (codes[i] == codes[j]) == one_key(a, b), (a, b)
+    firsts = {}
+    for i, code in enumerate(codes):
+        firsts.setdefault(code, i)
+    assert sorted(firsts) == list(range(len(distinct)))
+    for code, i in firsts.items():
+        value = values[i]
+        expected = None if value is None else \
+            tuple((type(v) is bool, v) for v in (value if type(value) is tuple else (value,)))
+        assert distinct[code] == expected and repr(distinct[code]) == repr(expected)
