@@ -269,14 +269,8 @@ class Router:
         kept_list = kept.tolist()
         seqs = np.asarray([events_in[i][0] for i in kept_list], dtype=np.int64)
         # the partition's valid events by stream (case folded), as columns
-        code_of: dict[str, int] = {}
-        codes = np.asarray([code_of.setdefault(name, len(code_of)) for name in columns.streams.tolist()],
-                           dtype=np.int64)
-        rows_of: dict[str, list[int]] = {}
-        for name, code in code_of.items():
-            rows_of.setdefault(name.casefold(), []).append(code)
-        by_stream = {stream: _Read(columns, np.flatnonzero(np.isin(codes, found)))
-                     for stream, found in rows_of.items()}
+        by_stream = {stream: _Read(columns, columns.rows_of(stream))
+                     for stream in {name.casefold() for name in columns.coded[0]}}
         # each unit gets the events some running query of it is concerned with (their one-source
         # conditions decided for the whole block at once), so a selective query costs what it keeps
         blocks: dict[tuple[str, int], list[np.ndarray]] = {}

@@ -29,11 +29,13 @@ import orjson
 
 from ..errors import ValidationError
 from ..timestamps import Histogram, HistogramBlock, Interval
-from .codec import _read_common, collector_paused
-from .model import _NO_ATTRS, Event, _checked_event
+from .codec import MAX_LINE_BYTES, _read_common, collector_paused
+from .model import _NO_ATTRS, Event, _checked_event, _common
 from .streams import Streams
 
 __all__ = ["EventColumns"]
+
+_loads, _JSONDecodeError = orjson.loads, orjson.JSONDecodeError
 
 #: The timestamp kept for an event whose own has no continuous reading (never joined).
 _PLACEHOLDER = Histogram([0.0, 1.0], [1.0])
@@ -81,7 +83,8 @@ class EventColumns:
         timestamps of each template and of the intervals into the block in one numpy
         operation each. Returns the columns of the valid events in input order, the input
         index of each, and ``(index, error)`` for each rejected input."""
-        names: list[str] = []
+        code_of: dict[str, int] = {}          # each stream name as sent, by first appearance
+        codes: list[int] = []
         ids: list[str] = []
         attrs: list[dict] = []
         kept: list[int] = []
@@ -91,15 +94,25 @@ class EventColumns:
         others: list[tuple[int, Event]] = []
         with collector_paused():
             for index, raw in enumerate(raws):
+                common = None
+                if type(raw) is bytes and len(raw) <= MAX_LINE_BYTES:
+                    # the common line, read by orjson alone (codec's _read_common, without its calls)
+                    try:
+                        common = _common(_loads(raw), streams)
+                    except _JSONDecodeError:
+                        pass
                 try:
-                    obj, decoded, common = _read_common(raw, streams)
+                    if common is None:
+                        obj, decoded, common = _read_common(raw, streams)
+                    else:
+                        decoded = True
                     if common is None or (common[2] is not None and not common[2].lo < common[2].hi):
                         # anything else, valid or not (a point interval: an event, no continuous reading)
                         event = _checked_event(obj, streams) if common is None else \
                             Event._checked(common[0], common[1], common[2],
                                            MappingProxyType(dict(common[4])) if common[4] else _NO_ATTRS)
                         others.append((len(ids), event))
-                        names.append(event.stream)
+                        codes.append(code_of.setdefault(event.stream, len(code_of)))
                         ids.append(event.id)
                         attrs.append(dict(event.attrs))
                         kept.append(index)
@@ -109,7 +122,8 @@ class EventColumns:
                     continue
                 stream, event_id, interval, template, values = common
                 row = len(ids)
-                names.append(stream)
+                code = code_of.get(stream)      # (setdefault would count the codes for every event)
+                codes.append(code if code is not None else code_of.setdefault(stream, len(code_of)))
                 ids.append(event_id)
                 attrs.append(values if decoded and type(values) is dict else dict(values))
                 kept.append(index)
@@ -124,11 +138,12 @@ class EventColumns:
                         group = templates[id(phi)] = (phi, name, [], [])
                     group[2].append(row)
                     group[3].append(detected)
-            return cls._assembled(names, ids, attrs, intervals, templates, others, streams), \
+            coded = (list(code_of), np.asarray(codes, dtype=np.int64))
+            return cls._assembled(coded, ids, attrs, intervals, templates, others, streams), \
                 np.asarray(kept, dtype=np.int64), errors
 
     @classmethod
-    def _assembled(cls, names, ids, attrs, intervals, templates, others, streams) -> EventColumns:
+    def _assembled(cls, coded, ids, attrs, intervals, templates, others, streams) -> EventColumns:
         n = len(ids)
         histograms, problems = [], [None] * n
         for row, event in others:
@@ -163,8 +178,10 @@ class EventColumns:
         events: list[Event | None] = [None] * n
         for row, event in others:
             events[row] = event
-        return cls(_objects(names), _objects(ids), HistogramBlock(edges, probs), names_of, problems, _objects(attrs),
-                   events, (detected, streams))
+        columns = cls(_objects(coded[0])[coded[1]], _objects(ids), HistogramBlock(edges, probs), names_of, problems,
+                      _objects(attrs), events, (detected, streams))
+        columns.coded = coded
+        return columns
 
     @classmethod
     def from_events(cls, events: Sequence[Event]) -> EventColumns:
@@ -184,10 +201,20 @@ class EventColumns:
         return len(self.ids)
 
     @cached_property
-    def folded(self) -> np.ndarray:
-        """Each event's stream name, case folded (as queries name streams)."""
-        names = {name: name.casefold() for name in set(self.streams.tolist())}
-        return _objects([names[name] for name in self.streams.tolist()])
+    def coded(self) -> tuple[list[str], np.ndarray]:
+        """The streams as codes: the distinct names as sent, and each event's index into them."""
+        code_of: dict[str, int] = {}
+        codes = [code_of.setdefault(name, len(code_of)) for name in self.streams.tolist()]
+        return list(code_of), np.asarray(codes, dtype=np.int64)
+
+    def rows_of(self, stream: str) -> np.ndarray:
+        """The rows of the events of ``stream`` (a case-folded name, as queries name
+        streams), ascending: found by stream code, never by comparing names row by row."""
+        names, codes = self.coded
+        found = [code for code, name in enumerate(names) if name.casefold() == stream]
+        if len(found) == 1:
+            return np.flatnonzero(codes == found[0])
+        return np.flatnonzero(np.isin(codes, found)) if found else np.empty(0, dtype=np.int64)
 
     def event(self, i: int) -> Event:
         """Event ``i`` (the one the columns were built from, or one made of the columns:
@@ -222,8 +249,11 @@ class EventColumns:
         problems = [self.problems[i] for i in rows] if self.problems.count(None) < len(self.problems) \
             else [None] * len(rows)
         events = [self._events[i] for i in rows] if self._events.count(None) < len(self._events) else None
-        return EventColumns(self.streams[index], self.ids[index], self.block.take(index), self.templates[index],
-                            problems, self.attrs[index], events, parsed)
+        taken = EventColumns(self.streams[index], self.ids[index], self.block.take(index), self.templates[index],
+                             problems, self.attrs[index], events, parsed)
+        if "coded" in self.__dict__:
+            taken.coded = (self.coded[0], self.coded[1][index])
+        return taken
 
     @classmethod
     def concat(cls, parts: Sequence[EventColumns]) -> EventColumns:
@@ -244,20 +274,23 @@ class EventColumns:
 
     def to_bytes(self) -> bytes:
         """The columns as bytes (:meth:`from_bytes` reads them back; the events themselves
-        stay). The names, ids and attributes go as one JSON array where orjson writes them
-        as they are (a third of pickle's time), else pickled (an integer beyond 64 bits, a
-        lone surrogate); the timestamps as the block's arrays."""
-        fields = [self.streams.tolist(), self.ids.tolist(), self.templates.tolist(), self.problems,
-                  self.attrs.tolist()]
+        stay). The stream names (each once, with each event's code), ids and attributes go
+        as one JSON array where orjson writes them as they are (a third of pickle's time),
+        else pickled (an integer beyond 64 bits, a lone surrogate); the codes and the
+        timestamps as arrays."""
+        names, codes = self.coded
+        fields = [names, self.ids.tolist(), self.templates.tolist(), self.problems, self.attrs.tolist()]
         try:
             text: bytes | list = orjson.dumps(fields)
         except TypeError:     # orjson.JSONEncodeError: what JSON cannot carry exactly
             text = fields
-        return pickle.dumps((text, self.block.edges, self.block.probs), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((text, codes, self.block.edges, self.block.probs), protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EventColumns:
-        text, edges, probs = pickle.loads(data)
-        streams, ids, templates, problems, attrs = orjson.loads(text) if isinstance(text, bytes) else text
-        return cls(_objects(streams), _objects(ids), HistogramBlock(edges, probs), _objects(templates), problems,
-                   _objects(attrs))
+        text, codes, edges, probs = pickle.loads(data)
+        names, ids, templates, problems, attrs = orjson.loads(text) if isinstance(text, bytes) else text
+        columns = cls(_objects(names)[codes], _objects(ids), HistogramBlock(edges, probs), _objects(templates),
+                      problems, _objects(attrs))
+        columns.coded = (names, codes)
+        return columns

@@ -450,8 +450,8 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         it; late ones cannot), so it is one running maximum over the block."""
         n = len(columns)
         self.totals["events"] += n
-        folded, hi = columns.folded, columns.block.hi
-        reads = [np.flatnonzero(folded == side.stream) if n else np.empty(0, dtype=np.int64) for side in self.sides]
+        hi = columns.block.hi
+        reads = [columns.rows_of(side.stream) for side in self.sides]
         read = np.zeros(n, dtype=bool)
         moves = np.zeros(n, dtype=bool)
         judged = []
@@ -591,11 +591,10 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         """Events of a side's stream passing that side's filters (either side of a
         self-join), the filters evaluated on the whole block at once."""
         columns = events if isinstance(events, EventColumns) else None
-        streams = columns.folded if columns is not None else \
-            np.array([e.stream.casefold() for e in events], dtype=object)
+        streams = None if columns is not None else np.array([e.stream.casefold() for e in events], dtype=object)
         out = np.zeros(len(events), dtype=bool)
         for side in self.sides:
-            mine = np.flatnonzero(streams == side.stream)
+            mine = columns.rows_of(side.stream) if columns is not None else np.flatnonzero(streams == side.stream)
             if not len(mine):
                 continue
             if side.filters:
@@ -610,7 +609,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         watermark = -math.inf
         if isinstance(events, EventColumns):
             for side in self.sides:
-                mine = np.flatnonzero(events.folded == side.stream)
+                mine = events.rows_of(side.stream)
                 admitted = mine[self._admit_columns(side, events, mine)[0] > -2] if len(mine) else mine
                 if len(admitted):
                     watermark = max(watermark, float(events.block.hi[admitted].max()))

@@ -56,12 +56,21 @@ def same(x, y) -> bool:
     return type(x) is type(y) and x == y
 
 
+def assert_rows_by_stream(columns: EventColumns, sent: list[str]) -> None:
+    """Each stream's rows (case folded) are those of the events sent with a spelling of it."""
+    assert columns.streams.tolist() == sent
+    for stream in ("s", "t", "u", "S"):
+        assert columns.rows_of(stream).tolist() == [i for i, name in enumerate(sent) if name.casefold() == stream]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(events(), max_size=12))
 def test_columns_come_back_from_bytes_as_they_went(block):
     columns = EventColumns.from_events(block)
     back = EventColumns.from_bytes(columns.to_bytes())
     assert len(back) == len(block)
+    assert_rows_by_stream(back, [e.stream for e in block])
+    assert_rows_by_stream(back.take(np.arange(len(block))[::-1]), [e.stream for e in block][::-1])
     assert back.streams.tolist() == [e.stream for e in block] and back.ids.tolist() == [e.id for e in block]
     assert back.templates.tolist() == [e.template for e in block]
     assert np.array_equal(back.block.edges, columns.block.edges) and np.array_equal(back.block.probs, columns.block.probs)
@@ -178,7 +187,12 @@ def test_parse_reads_a_block_as_the_parser_does_into_the_columns_of_its_events(r
         width = max(columns.block.buckets, reference.block.buckets)
         assert np.array_equal(columns.block.padded(width).edges, reference.block.padded(width).edges)
         assert np.array_equal(columns.block.padded(width).probs, reference.block.padded(width).probs)
-    # each event given back is the parser's, also after take and concat
+    # each stream's rows, also through bytes and after take; each event given back is the
+    # parser's, also after take and concat
+    sent = [e.stream for e in valid]
+    assert_rows_by_stream(columns, sent)
+    assert_rows_by_stream(EventColumns.from_bytes(columns.to_bytes()), sent)
+    assert_rows_by_stream(columns.take(np.arange(len(valid))[::-1]), sent[::-1])
     assert all(same_event(columns.event(i), event) for i, event in enumerate(valid))
     again, _, _ = EventColumns.parse(raws, streams)
     order = np.arange(len(valid))[::-1]
