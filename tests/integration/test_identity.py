@@ -104,8 +104,11 @@ def test_identities_are_remembered_for_a_horizon_and_forgotten_after_two(redis_s
     assert client.expiretime(bucket) == int((generation + 2) * horizon) + 60
     assert ingest(client, keys, [item], horizon) == [DUPLICATE]
     wait_until((generation + 1) * horizon + 0.05)          # the next generation: still remembered
-    if redis_now() < (generation + 2) * horizon - 0.05:
-        assert ingest(client, keys, [item], horizon) == [DUPLICATE]
+    other = identified(parse_event(event("S", "a", lo=7.0)), encoded(event("S", "a", lo=7.0)))
+    if redis_now() < (generation + 2) * horizon - 0.3:
+        assert ingest(client, keys, [item, other], horizon) == [DUPLICATE, CONFLICT]
+        # remembered in its own generation, not again in the next (it is forgotten on time)
+        assert client.hget(f"{keys.identities}{generation + 1}:{item.bucket}", item.identity) is None
     wait_until((generation + 2) * horizon + 0.05)          # two generations on: forgotten
     assert isinstance(ingest(client, keys, [item], horizon)[0], bytes)
     client.close()
