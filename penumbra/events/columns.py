@@ -29,13 +29,11 @@ import orjson
 
 from ..errors import ValidationError
 from ..timestamps import Histogram, HistogramBlock, Interval
-from .codec import MAX_LINE_BYTES, _read_common, collector_paused
-from .model import _NO_ATTRS, Event, _checked_event, _common
+from .codec import _read_common, collector_paused
+from .model import _NO_ATTRS, Event, _checked_event
 from .streams import Streams
 
 __all__ = ["EventColumns"]
-
-_loads, _JSONDecodeError = orjson.loads, orjson.JSONDecodeError
 
 #: The timestamp kept for an event whose own has no continuous reading (never joined).
 _PLACEHOLDER = Histogram([0.0, 1.0], [1.0])
@@ -94,18 +92,8 @@ class EventColumns:
         others: list[tuple[int, Event]] = []
         with collector_paused():
             for index, raw in enumerate(raws):
-                common = None
-                if type(raw) is bytes and len(raw) <= MAX_LINE_BYTES:
-                    # the common line, read by orjson alone (codec's _read_common, without its calls)
-                    try:
-                        common = _common(_loads(raw), streams)
-                    except _JSONDecodeError:
-                        pass
                 try:
-                    if common is None:
-                        obj, decoded, common = _read_common(raw, streams)
-                    else:
-                        decoded = True
+                    obj, decoded, common = _read_common(raw, streams)
                     if common is None or (common[2] is not None and not common[2].lo < common[2].hi):
                         # anything else, valid or not (a point interval: an event, no continuous reading)
                         event = _checked_event(obj, streams) if common is None else \
