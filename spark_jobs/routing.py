@@ -268,9 +268,9 @@ class Router:
                             data, version)
         kept_list = kept.tolist()
         seqs = np.asarray([events_in[i][0] for i in kept_list], dtype=np.int64)
-        # the partition's valid events by stream (case folded), as columns
+        # the partition's valid events by stream (case folded, in order of first appearance), as columns
         by_stream = {stream: _Read(columns, columns.rows_of(stream))
-                     for stream in {name.casefold() for name in columns.coded[0]}}
+                     for stream in dict.fromkeys(name.casefold() for name in columns.coded[0])}
         # each unit gets the events some running query of it is concerned with (their one-source
         # conditions decided for the whole block at once), so a selective query costs what it keeps
         blocks: dict[tuple[str, int], list[np.ndarray]] = {}
