@@ -562,6 +562,26 @@ def test_what_the_operator_is_not_concerned_with_changes_nothing_but_time(text):
     assert dropped > 0 or "region" in text
 
 
+
+@pytest.mark.parametrize("strategy", ["lazy", "lazy_lookup", "simple"])
+def test_a_join_keyed_on_two_attributes_pairs_events_equal_in_both(strategy):
+    """A key of two attributes: events pair only when both values are one key each (1 and
+    1.0 alike, True apart), none when either is null."""
+    streams, events = workload(zlib.crc32(b"two attributes") % 1000, "mixed", n=400, spacing=1.0)
+    rng = np.random.default_rng(7)
+    values = ["x", 1, 1.0, True, 0, False, None]
+    events = [dataclasses.replace(e, attrs={**e.attrs, "w": values[int(rng.integers(0, len(values)))]})
+              for e in events]
+    op = compile_query(QUERY.format(d=16.0, keys="AND A.region = B.region AND A.w = B.w", t=0.3, s=strategy),
+                       streams)
+    found, late = run(op, events, 37)
+    everything, ambiguous, expected_late = brute_force(streams, events, 16.0, lambda _: 0.3, keyed=True)
+    attrs = {e.id: e.attrs for e in events}
+    expected = {pair: p for pair, p in everything.items() if same_key(attrs[pair[0]]["w"], attrs[pair[1]]["w"])}
+    assert late == expected_late
+    assert len(expected) > 20 and len(expected) < len(everything), "the second attribute decides some pairs"
+    check(found, expected, ambiguous)
+
 _KEY_SCALARS = st.sampled_from([None, True, False, 0, 1, 0.0, -0.0, 1.0, 2, 2.5, "a", "1"])
 
 
