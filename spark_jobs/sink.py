@@ -31,6 +31,7 @@ from contract.entries import late_letter, live_batch, observation_entry, rejecte
 from contract.keys import Keys
 from contract.registry import Registry
 from contract.results import queue_matches, read_match_payload
+from penumbra.events import collector_paused
 from penumbra.keyed import PER_BLOCK, combine, state_part
 
 __all__ = ["Sink"]
@@ -68,10 +69,14 @@ class Sink:
             frame.write.format("noop").mode("overwrite").save()
             log.info("batch %d: already written; state committed, nothing written again", batch_id)
             return
-        started = time.perf_counter()
-        rows = frame.toPandas()
-        self.timings[batch_id] = {"sink_plan": round((time.perf_counter() - started) * 1000, 1)}
-        self.write(rows, batch_id)
+        # the batch's rows and what is made of them are freed as they go out of use: the collector
+        # would only scan them, in pauses of tens of milliseconds (a batch of 12,090 matches
+        # written in 246-320 ms with it on, 245-259 with it paused)
+        with collector_paused():
+            started = time.perf_counter()
+            rows = frame.toPandas()
+            self.timings[batch_id] = {"sink_plan": round((time.perf_counter() - started) * 1000, 1)}
+            self.write(rows, batch_id)
 
     def write(self, rows, batch_id: int) -> None:
         """Writes the rows of a batch (a pandas frame of :data:`~spark_jobs.processor.OUTPUT`)
