@@ -190,7 +190,8 @@ class EventColumns:
 
     @cached_property
     def coded(self) -> tuple[list[str], np.ndarray]:
-        """The streams as codes: the distinct names as sent, and each event's index into them."""
+        """The streams as codes: the distinct names as sent, and each event's index into them
+        (after :meth:`take`, its parent's names: some may have no event left)."""
         code_of: dict[str, int] = {}
         codes = [code_of.setdefault(name, len(code_of)) for name in self.streams.tolist()]
         return list(code_of), np.asarray(codes, dtype=np.int64)
