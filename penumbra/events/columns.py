@@ -201,9 +201,7 @@ class EventColumns:
         streams), ascending: found by stream code, never by comparing names row by row."""
         names, codes = self.coded
         found = [code for code, name in enumerate(names) if name.casefold() == stream]
-        if len(found) == 1:
-            return np.flatnonzero(codes == found[0])
-        return np.flatnonzero(np.isin(codes, found)) if found else np.empty(0, dtype=np.int64)
+        return np.flatnonzero(codes == found[0] if len(found) == 1 else np.isin(codes, found))
 
     def event(self, i: int) -> Event:
         """Event ``i`` (the one the columns were built from, or one made of the columns:

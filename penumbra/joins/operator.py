@@ -535,23 +535,20 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 for i, value in zip(at, _key_values([attrs[i] for i in at], names[k])):
                     found[i] = value
         codes, distinct = _key_codes(found)
+        counts = np.bincount(codes, minlength=len(distinct))
         ranked = np.full(len(distinct), -1, dtype=np.int64)     # each code's rank among the keys kept
-        foreign = np.zeros(len(distinct), dtype=bool)
         keys: list[tuple] = []
         owns = self.key_group.owns if self.key_group is not None else None
         for code, key in enumerate(distinct):
             if key is None:
-                continue
-            if owns is not None and not owns(tuple([value for _, value in key])):
-                foreign[code] = True
-                continue
-            ranked[code] = len(keys)
-            keys.append(key)
+                self.totals["unkeyed"] += int(counts[code])
+            elif owns is not None and not owns(tuple([value for _, value in key])):
+                self.totals["other_group"] += int(counts[code])
+            else:
+                ranked[code] = len(keys)
+                keys.append(key)
         rank = np.empty(entries.shape[1], dtype=np.int64)
         rank[order] = ranked[codes]
-        counts = np.bincount(codes, minlength=len(distinct))
-        self.totals["unkeyed"] += sum(int(counts[code]) for code, key in enumerate(distinct) if key is None)
-        self.totals["other_group"] += int(counts[foreign].sum())
         return _Arrived(self, columns, entries, order, rank, keys, [template for _, template in arrivals])
 
     # --- eviction ------------------------------------------------------------------------
