@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,7 +40,36 @@ class ChildError(RuntimeError):
     """A child that stopped, or was not ready in time."""
 
 
+#: where :func:`free_port` looks first: below the kernel's ephemeral range, above the usual services
+PORTS_FROM = 20000
+_PICK = random.SystemRandom()  # not the module's generator: a seeded test would pick alike in every process
+
+
+def _ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections and ``bind(0)``."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
+    """A loopback port nothing is bound to, for a server started a moment later.
+
+    Outside the kernel's ephemeral range when it can be: a port from that range may be taken by
+    any outgoing connection between this call and the server's bind (as the port ``bind(0)``
+    gives is). Picked at random, so two callers are unlikely to pick alike."""
+    ephemeral = _ephemeral_ports()
+    if ephemeral.start - PORTS_FROM >= 1000:
+        for _ in range(50):
+            port = _PICK.randrange(PORTS_FROM, ephemeral.start)
+            with socket.socket() as probe:
+                try:
+                    probe.bind((LOOPBACK, port))
+                    return port
+                except OSError:
+                    continue
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
