@@ -66,6 +66,9 @@ SPAN = max(h["edges"][-1] - h["edges"][0] for s in STREAMS.values() for h in s["
 QUERY_ID = "intrusions"
 #: seconds of events fed at a latency run's rate before its figures start
 WARM_SECONDS = 5.0
+#: ms of event time between a warm-up's last detection and the next events' first: far more
+#: than a window, a template's span and an arrival's delay together
+WARM_GAP_MS = 600_000
 
 
 def intrusions(n: int, seed: int = 1, regions: int = 200, spacing: float = 200.0, pairs: float = 0.1) -> list[str]:
@@ -100,6 +103,11 @@ def shifted(lines: list[str], prefix, offset: float) -> list[str]:
         event["ts"]["detected"] += round(offset)
         out.append(json.dumps(event))
     return out
+
+
+def detected_until(lines: list[str]) -> int:
+    """The latest detection time (ms) among ``lines``."""
+    return max(json.loads(line)["ts"]["detected"] for line in lines)
 
 
 def job_settings(batch_rows: int) -> dict:
@@ -279,11 +287,14 @@ def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
         job = JobProcess(home / "job", server.url, **{**job_settings(100_000), "trigger_seconds": 0}).start()
         try:
             # warm up the workers (and the JVM's compiled code) at the measured rate, with events
-            # of an hour before (ids "w-..."), left out of the figures
-            append_events(client, shifted(intrusions(2_000, seed=99), "w", -3_600_000), keys)
+            # wholly before the measured ones (ids "w-..." and "w2-..."), left out of the figures:
+            # a warm-up reaching into the measured events' times would make them late
+            warm = intrusions(int(rate * WARM_SECONDS), seed=98)
+            warm_offset = -(detected_until(warm) + WARM_GAP_MS)
+            first = intrusions(2_000, seed=99)
+            append_events(client, shifted(first, "w", warm_offset - detected_until(first) - WARM_GAP_MS), keys)
             wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
-            warm = shifted(intrusions(int(rate * WARM_SECONDS), seed=98), "w2", -1_800_000)
-            feed_at(client, keys, warm, rate)
+            feed_at(client, keys, shifted(warm, "w2", warm_offset), rate)
             warmed = wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
             started = time.monotonic()
             ingested = feed_at(client, keys, lines[:count], rate)
