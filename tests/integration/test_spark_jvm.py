@@ -1,4 +1,5 @@
-"""The job's JVM starts with the settings' options: by default the JIT's C1 alone, no C2."""
+"""The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2), and
+talks to its Python workers over Unix sockets."""
 
 from __future__ import annotations
 
@@ -20,6 +21,60 @@ def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
     threads = [name for name in map(_thread_name, Path(f"/proc/{jvm}/task").iterdir()) if name is not None]
     assert any(name.startswith("C1 CompilerThre") for name in threads), threads
     assert not any(name.startswith("C2 CompilerThre") for name in threads), threads
+
+
+def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
+    pipeline.sync()  # a batch has run: its read tasks took Python workers
+    # the daemon (in a process group of its own) is the JVM's child, the workers the daemon's
+    jvm = next(pid for pid, argv in command_lines().items()
+               if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid)
+    daemons = [pid for pid in _children(jvm) if b"pyspark.daemon" in _argv(pid)]
+    assert daemons, "no Python daemon under the job's JVM"
+    workers = daemons + [child for daemon in daemons for child in _children(daemon)]
+    environ = Path(f"/proc/{min(workers)}/environ").read_bytes().split(b"\0")
+    assert b"python_unix_domain_enabled=true" in [entry.lower() for entry in environ]  # Spark writes "True"
+    unix = _socket_inodes("/proc/net/unix", column=6)
+    tcp = _socket_inodes("/proc/net/tcp", column=9) | _socket_inodes("/proc/net/tcp6", column=9)
+    held = {pid: _sockets_of(pid) for pid in workers}
+    # the daemon and the workers it forked: each worker's channel to the JVM is a Unix socket
+    assert any(sockets & unix for sockets in held.values()), held
+    assert all(not (sockets & tcp) or sockets & unix for sockets in held.values()), held
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _argv(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _socket_inodes(table: str, column: int) -> set[int]:
+    lines = Path(table).read_text().splitlines()[1:]
+    return {int(fields[column]) for fields in map(str.split, lines) if len(fields) > column}
+
+
+def _sockets_of(pid: int) -> set[int]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
 
 
 def _thread_name(task: Path) -> str | None:
