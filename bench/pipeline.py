@@ -110,6 +110,17 @@ def detected_until(lines: list[str]) -> int:
     return max(json.loads(line)["ts"]["detected"] for line in lines)
 
 
+def warm_ups(rate: int) -> tuple[list[str], list[str]]:
+    """A latency run's two warm-ups: 2,000 events at once, then ``WARM_SECONDS`` of events at
+    ``rate``, the first wholly before the second and the second wholly before the events of
+    :func:`intrusions` (detected from 0 on), ``WARM_GAP_MS`` of event time apart."""
+    warm = intrusions(int(rate * WARM_SECONDS), seed=98)
+    warm_offset = -(detected_until(warm) + WARM_GAP_MS)
+    first = intrusions(2_000, seed=99)
+    return (shifted(first, "w", warm_offset - detected_until(first) - WARM_GAP_MS),
+            shifted(warm, "w2", warm_offset))
+
+
 def job_settings(batch_rows: int) -> dict:
     return {"trigger_seconds": 0, "max_rows_per_batch": batch_rows, "result_maxlen": 10_000_000,
             "dead_maxlen": 1_000_000}
@@ -289,12 +300,10 @@ def latency(lines: list[str], rate: int, seconds: float, home: Path) -> dict:
             # warm up the workers (and the JVM's compiled code) at the measured rate, with events
             # wholly before the measured ones (ids "w-..." and "w2-..."), left out of the figures:
             # a warm-up reaching into the measured events' times would make them late
-            warm = intrusions(int(rate * WARM_SECONDS), seed=98)
-            warm_offset = -(detected_until(warm) + WARM_GAP_MS)
-            first = intrusions(2_000, seed=99)
-            append_events(client, shifted(first, "w", warm_offset - detected_until(first) - WARM_GAP_MS), keys)
+            first, warm = warm_ups(rate)
+            append_events(client, first, keys)
             wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
-            feed_at(client, keys, shifted(warm, "w2", warm_offset), rate)
+            feed_at(client, keys, warm, rate)
             warmed = wait_for_metrics(client, end_of_input(client, [], keys), job, 600, keys)
             started = time.monotonic()
             ingested = feed_at(client, keys, lines[:count], rate)
