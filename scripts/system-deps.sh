@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages Penumbra needs when they are missing: a Python venv,
-# Java 17 (Spark), redis-server, Chromium (the dashboard's browser tests), promtool
+# Java 17 (Spark, and javac for the job's file system class), redis-server, Chromium (the dashboard's browser tests), promtool
 # (Prometheus's checker, for the metrics test) and alertmanager (for the Alertmanager
 # contact point's test): each the one binary, taken out of Debian's package without
 # installing the server. Debian/apt; runs apt-get only when
@@ -12,6 +12,8 @@ missing=()
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 java_major=$( (java -version 2>&1 || true) | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
 if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then missing+=(openjdk-17-jre-headless); fi
+# javac builds the job's local file system class (scripts/build-hadoop-fs.sh)
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 

@@ -50,6 +50,11 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 #: (offset and commit logs, each state store's changelog): some 90 processes a batch, and
 #: 40 of a steady batch's 1,100 ms (bench/pipeline.py, docs/pipeline.md).
 LOCAL_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+#: Hadoop's local file system with permissions set through java.nio (spark_jobs/hadoop), built
+#: by ``make setup`` into the venv. Without Hadoop's native library, which pip's PySpark lacks,
+#: its own starts a ``chmod`` process for every file it creates.
+LOCAL_FILE_SYSTEM = "penumbra.hadoop.LocalFileSystem"
+LOCAL_FILE_SYSTEM_JAR = Path(sys.prefix) / "share" / "penumbra" / "penumbra-hadoop.jar"
 HEARTBEAT_SECONDS = 1.0
 
 
@@ -78,6 +83,11 @@ def build_session(settings: JobSettings) -> SparkSession:
         # one memory budget for every state store of the process, write buffers within it
         builder = (builder.config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
                    .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb)))
+    if settings.spark_master.startswith("local") and LOCAL_FILE_SYSTEM_JAR.exists():
+        # the checkpoint's files with their permissions set in the JVM, not by a chmod process
+        # each (3.5 ms; six or seven a batch). On a cluster the executors' JVMs lack the class.
+        builder = (builder.config("spark.driver.extraClassPath", str(LOCAL_FILE_SYSTEM_JAR))
+                   .config("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM))
     if settings.java_options:
         # the driver's take effect when this process starts the JVM (not under spark-submit)
         builder = (builder.config("spark.driver.extraJavaOptions", settings.java_options)

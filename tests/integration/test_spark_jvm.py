@@ -1,11 +1,15 @@
-"""The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2), and
-talks to its Python workers over Unix sockets."""
+"""The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2),
+talks to its Python workers over Unix sockets, and writes its checkpoint through Penumbra's
+local file system (no chmod process a file)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
+from spark_jobs.job import LOCAL_FILE_SYSTEM, LOCAL_FILE_SYSTEM_JAR
 from spark_jobs.settings import QUICK_JIT, JobSettings
 from tests.integration.conftest import command_lines
 
@@ -39,6 +43,49 @@ def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
     # the daemon and the workers it forked: each worker's channel to the JVM is a Unix socket
     assert any(sockets & unix for sockets in held.values()), held
     assert all(not (sockets & tcp) or sockets & unix for sockets in held.values()), held
+
+
+#: a flight recording of the processes a JVM starts, and nothing else
+PROCESS_STARTS = """<?xml version="1.0" encoding="UTF-8"?>
+<configuration version="2.0">
+  <event name="jdk.ProcessStart"><setting name="enabled">true</setting><setting name="stackTrace">false</setting></event>
+</configuration>
+"""
+
+
+def test_the_jobs_checkpoint_is_written_without_a_process_a_file(pipeline, tmp_path):
+    assert LOCAL_FILE_SYSTEM_JAR.exists(), "make setup builds it (scripts/build-hadoop-fs.sh)"
+    jvm, argv = next((pid, argv) for pid, argv in command_lines().items()
+                     if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid)
+    assert any(str(LOCAL_FILE_SYSTEM_JAR).encode() in arg for arg in argv), argv
+    assert f"spark.hadoop.fs.file.impl={LOCAL_FILE_SYSTEM}".encode() in b" ".join(argv)
+    pipeline.sync()
+    checkpoint = pipeline.home / "var" / "checkpoint"
+    before = set(checkpoint.rglob("*"))
+    # every batch writes its offset and commit logs and a changelog per state store: files
+    # whose permissions Hadoop's own local file system sets by starting a chmod process each
+    (tmp_path / "processes.jfc").write_text(PROCESS_STARTS)
+    recording = tmp_path / "processes.jfr"
+    _jdk("jcmd", str(jvm), "JFR.start", "name=processes", f"settings={tmp_path / 'processes.jfc'}",
+         f"filename={recording}")
+    try:
+        for _ in range(3):
+            pipeline.sync()
+    finally:
+        _jdk("jcmd", str(jvm), "JFR.stop", "name=processes")
+    written = [path for path in set(checkpoint.rglob("*")) - before if path.is_file()]
+    assert any(path.parent.name == "offsets" for path in written)
+    assert any(path.suffix == ".changelog" for path in written), written
+    started = _jdk("jfr", "print", "--events", "jdk.ProcessStart", str(recording))
+    assert "chmod" not in started, started
+    # the permissions Hadoop gives (rw-r--r--), also for a file written while the test ran
+    assert all(path.stat().st_mode & 0o777 == 0o644 for path in written if not path.name.startswith("."))
+
+
+def _jdk(tool: str, *args: str) -> str:
+    """A JDK tool's output (the JDK javac came with: ``make setup`` installs it)."""
+    found = shutil.which(tool) or str(Path(shutil.which("javac")).resolve().parent / tool)
+    return subprocess.run([found, *args], check=True, capture_output=True, text=True, timeout=120).stdout
 
 
 def _children(parent: int) -> list[int]:
