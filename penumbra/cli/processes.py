@@ -45,13 +45,12 @@ PORTS_FROM = 20000
 _PICK = random.SystemRandom()  # not the module's generator: a seeded test would pick alike in every process
 
 
-def _ephemeral_ports() -> range:
-    """The ports the kernel gives outgoing connections and ``bind(0)``."""
+def _ephemeral_start() -> int:
+    """The first of the ports the kernel gives outgoing connections and ``bind(0)``."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return range(int(low), int(high) + 1)
-    except (OSError, ValueError):
-        return range(32768, 61000)
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port() -> int:
@@ -60,10 +59,10 @@ def free_port() -> int:
     Outside the kernel's ephemeral range when it can be: a port from that range may be taken by
     any outgoing connection between this call and the server's bind (as the port ``bind(0)``
     gives is). Picked at random, so two callers are unlikely to pick alike."""
-    ephemeral = _ephemeral_ports()
-    if ephemeral.start - PORTS_FROM >= 1000:
+    ephemeral = _ephemeral_start()
+    if ephemeral - PORTS_FROM >= 1000:
         for _ in range(50):
-            port = _PICK.randrange(PORTS_FROM, ephemeral.start)
+            port = _PICK.randrange(PORTS_FROM, ephemeral)
             with socket.socket() as probe:
                 try:
                     probe.bind((LOOPBACK, port))

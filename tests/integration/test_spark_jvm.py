@@ -17,10 +17,7 @@ from tests.integration.conftest import command_lines
 def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
     assert JobSettings().java_options == QUICK_JIT
     # the JVM of the job's process group (the job starts a session of its own)
-    found = next(((pid, argv) for pid, argv in command_lines().items()
-                  if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid), None)
-    assert found is not None, "no JVM in the job's process group"
-    jvm, argv = found
+    jvm, argv = _job_jvm(pipeline)
     assert QUICK_JIT.encode() in argv
     threads = [name for name in map(_thread_name, Path(f"/proc/{jvm}/task").iterdir()) if name is not None]
     assert any(name.startswith("C1 CompilerThre") for name in threads), threads
@@ -30,9 +27,9 @@ def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
 def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
     pipeline.sync()  # a batch has run: its read tasks took Python workers
     # the daemon (in a process group of its own) is the JVM's child, the workers the daemon's
-    jvm = next(pid for pid, argv in command_lines().items()
-               if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid)
-    daemons = [pid for pid in _children(jvm) if b"pyspark.daemon" in _argv(pid)]
+    jvm, _ = _job_jvm(pipeline)
+    processes = command_lines()
+    daemons = [pid for pid in _children(jvm) if b"pyspark.daemon" in processes.get(pid, [])]
     assert daemons, "no Python daemon under the job's JVM"
     workers = daemons + [child for daemon in daemons for child in _children(daemon)]
     environ = Path(f"/proc/{min(workers)}/environ").read_bytes().split(b"\0")
@@ -55,8 +52,7 @@ PROCESS_STARTS = """<?xml version="1.0" encoding="UTF-8"?>
 
 def test_the_jobs_checkpoint_is_written_without_a_process_a_file(pipeline, tmp_path):
     assert LOCAL_FILE_SYSTEM_JAR.exists(), "make setup builds it (scripts/build-hadoop-fs.sh)"
-    jvm, argv = next((pid, argv) for pid, argv in command_lines().items()
-                     if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid)
+    jvm, argv = _job_jvm(pipeline)
     assert any(str(LOCAL_FILE_SYSTEM_JAR).encode() in arg for arg in argv), argv
     assert f"spark.hadoop.fs.file.impl={LOCAL_FILE_SYSTEM}".encode() in b" ".join(argv)
     pipeline.sync()
@@ -88,6 +84,14 @@ def _jdk(tool: str, *args: str) -> str:
     return subprocess.run([found, *args], check=True, capture_output=True, text=True, timeout=120).stdout
 
 
+def _job_jvm(pipeline) -> tuple[int, list[bytes]]:
+    """The JVM of the job's process group (the job starts a session of its own): pid, argv."""
+    found = next(((pid, argv) for pid, argv in command_lines().items()
+                  if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid), None)
+    assert found is not None, "no JVM in the job's process group"
+    return found
+
+
 def _children(parent: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -98,13 +102,6 @@ def _children(parent: int) -> list[int]:
         if int(fields[1]) == parent:
             found.append(int(stat.parent.name))
     return found
-
-
-def _argv(pid: int) -> list[bytes]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
 
 
 def _socket_inodes(table: str, column: int) -> set[int]:
