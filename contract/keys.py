@@ -78,6 +78,10 @@ class Keys:
     def batches(self) -> str:
         return f"{self.prefix}:batches"
 
+    def pending(self, job: str) -> str:
+        """A checkpoint's micro-batch collected but not yet written (the sink writes behind)."""
+        return f"{self.prefix}:pending:{job}"
+
     def stream_attrs(self, stream: str) -> str:
         """The attribute names events of a stream (case-folded) have carried."""
         return f"{self.prefix}:stream-attrs:{stream}"

@@ -108,6 +108,7 @@ class Job:
         self.client = redis.Redis.from_url(settings.redis_url)
         self.identity = self._identity()
         self.query: StreamingQuery | None = None
+        self.sink: Sink | None = None
         self.listener: _Metrics | None = None
         self._stopped = threading.Event()
 
@@ -148,6 +149,9 @@ class Job:
         sink = Sink(url, keys, self.identity["job"], settings.result_maxlen, settings.dead_maxlen, settings.obs_maxlen,
                     settings.dead_max_bytes, ArchiveWriter(settings.archive_dir, self.identity["job"],
                                                            settings.archive_floor) if settings.archive_write else None)
+        self.sink = sink
+        # rows stored before a crash are written before anything else, even with no new input
+        sink.recover()
         self.listener = _Metrics(url, keys, sink, settings.metrics_maxlen, self.spark)
         self.spark.streams.addListener(self.listener)
         writer = (results.writeStream.foreachBatch(sink).queryName("penumbra")
@@ -195,6 +199,8 @@ class Job:
         self._stopped.set()
         if self.query is not None and self.query.isActive:
             self.query.stop()
+        if self.sink is not None:
+            self.sink.close()
         if self.listener is not None:
             self.spark.streams.removeListener(self.listener)
         try:
@@ -262,7 +268,7 @@ class _Metrics(StreamingQueryListener):
                 "state_rows": state.get("numRowsTotal", 0), "state_bytes": state.get("memoryUsedBytes", 0),
                 "rejected_total": totals.get("rejected", 0), "late_total": totals.get("late", 0),
                 "matches_total": totals.get("matches", 0), "durations": durations,
-                "sink_ms": self.sink.timings.pop(batch, {})}
+                "sink_ms": self.sink.pop_timings(batch)}
             self.last = metrics
             pipe = self.client.pipeline(transaction=False)
             pipe.xadd(self.keys.metrics, metrics_entry(metrics), maxlen=self.maxlen, approximate=True)
@@ -315,9 +321,9 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while not stopping.is_set() and query.isActive:
+    while not stopping.is_set() and query.isActive and job.sink.failure is None:
         stopping.wait(0.5)
-    failure = query.exception() if not query.isActive else None
+    failure = query.exception() if not query.isActive else job.sink.failure
     job.stop()
     spark.stop()
     if failure is not None:

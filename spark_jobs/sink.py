@@ -14,15 +14,28 @@ entries the router rejected; running totals in ``pn:counts``. A PUBLISH on ``pn:
 names what changed. Before the transaction, the batch's matches and near misses go to the
 archive (:mod:`contract.archive`), under the batch's time that names its entries too. A query that failed in the batch (its error in an ``f`` row) is
 quarantined in the registry first (:meth:`~contract.registry.Registry.fail`).
+
+The sink writes behind: ``foreachBatch`` collects the batch, stores its rows in Redis
+(``pn:pending:<job>``, Arrow IPC, one SET) and returns, and a thread writes them while
+Spark commits and runs the next batch; the batch's MULTI/EXEC deletes the stored rows.
+Spark commits a batch only once its rows are stored, so a crash at any point leaves them
+either written or stored: the next start writes stored rows first
+(:meth:`Sink.recover`), and Spark's re-run of the batch then finds the marker. One batch
+is written at a time, in order: the next ``foreachBatch`` waits for the write before
+storing its own rows (and raises its error). A batch in which a query failed is written
+before ``foreachBatch`` returns, so the next batch is planned with the query quarantined.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import defaultdict
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import redis
 
 from contract.archive import ArchiveWriter
@@ -50,9 +63,15 @@ class Sink:
         self.result_maxlen, self.dead_maxlen, self.obs_maxlen = result_maxlen, dead_maxlen, obs_maxlen
         self.dead_max_bytes = dead_max_bytes
         self._client: redis.Redis | None = None
-        #: per batch id, milliseconds of the plan's execution (read, route, state) and of the
-        #: Redis writes; the metrics listener takes them (the last few are kept)
+        #: per batch id, milliseconds of the plan's execution (read, route, state: ``sink_plan``),
+        #: of waiting for the write before it (``sink_wait``), of storing its rows
+        #: (``sink_store``) and of its writes (``sink_archive``, ``sink_redis``); the metrics
+        #: listener takes them (:meth:`pop_timings`; the last few are kept)
         self.timings: dict[int, dict[str, float]] = {}
+        self._writing: threading.Thread | None = None
+        #: the error of the last write behind, raised by the next call (the job stops on it too)
+        self.failure: BaseException | None = None
+        self._recovered = False
 
     @property
     def client(self) -> redis.Redis:
@@ -62,6 +81,8 @@ class Sink:
 
     def __call__(self, frame, batch_id: int) -> None:
         keys, client = self.keys, self.client
+        if not self._recovered:
+            self.recover()
         committed = client.hget(keys.batches, self.job)
         if committed is not None and batch_id <= int(committed):
             # written before a crash, not yet committed by Spark: the plan still runs, so every
@@ -74,14 +95,94 @@ class Sink:
         # written in 246-320 ms with it on, 245-259 with it paused)
         with collector_paused():
             started = time.perf_counter()
-            rows = frame.toPandas()
-            self.timings[batch_id] = {"sink_plan": round((time.perf_counter() - started) * 1000, 1)}
+            rows = frame.toArrow()
+            collected = time.perf_counter()
+            self.wait()
+            timings = self.timings.setdefault(batch_id, {})
+            timings["sink_plan"] = round((collected - started) * 1000, 1)
+            timings["sink_wait"] = round((time.perf_counter() - collected) * 1000, 1)
+            if pc.any(pc.equal(rows.column("kind"), "f")).as_py():
+                self.write(rows, batch_id)      # the quarantine before the next batch is planned
+                return
+            self.store(rows, batch_id)
+        self._writing = threading.Thread(target=self._write_behind, args=(rows, batch_id),
+                                         name=f"penumbra-sink-{batch_id}", daemon=True)
+        self._writing.start()
+
+    def store(self, rows, batch_id: int) -> None:
+        """Keeps a collected batch's rows in Redis until :meth:`write` has written them: what
+        Spark commits once ``foreachBatch`` returns is then never lost."""
+        stored = time.perf_counter()
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+            writer.write_table(table)
+        self.client.set(self.keys.pending(self.job), str(batch_id).encode() + b"\n" + sink.getvalue().to_pybytes())
+        self.timings.setdefault(batch_id, {})["sink_store"] = round((time.perf_counter() - stored) * 1000, 1)
+
+    def recover(self) -> int | None:
+        """Writes the batch stored before a crash, if Redis has not got it yet (the id of the
+        batch written, if any); called when the job starts, and before the first batch."""
+        self._recovered = True
+        stored = self.client.get(self.keys.pending(self.job))
+        if stored is None:
+            return None
+        head, _, body = stored.partition(b"\n")
+        batch_id = int(head)
+        committed = self.client.hget(self.keys.batches, self.job)
+        if committed is not None and batch_id <= int(committed):
+            self.client.delete(self.keys.pending(self.job))
+            return None
+        rows = pa.ipc.open_stream(body).read_all()
+        with collector_paused():
             self.write(rows, batch_id)
+        log.info("batch %d: written on restart from the rows stored before a crash", batch_id)
+        return batch_id
+
+    def _write_behind(self, rows, batch_id: int) -> None:
+        try:
+            with collector_paused():
+                self.write(rows, batch_id)
+        except BaseException as error:     # noqa: BLE001 - raised by the next call; the job stops on it
+            log.error("batch %d: writing failed (its rows stay stored for the next start): %s", batch_id, error)
+            self.failure = error
+
+    def wait(self) -> None:
+        """Until the batch being written behind is written; raises its error."""
+        if self._writing is not None:
+            self._writing.join()
+            self._writing = None
+        if self.failure is not None:
+            raise RuntimeError(f"the sink's last write failed: {self.failure}") from self.failure
+
+    def close(self) -> None:
+        """Waits for the write behind (on stop); an error is logged, its rows stay stored."""
+        try:
+            self.wait()
+        except RuntimeError as error:
+            log.warning("%s", error)
+
+    def pop_timings(self, batch_id: int) -> dict[str, float]:
+        """A batch's timings, with those of the writes that finished since the batch before
+        (a batch's write runs during the next one): what the metrics report of the batch."""
+        out = self.timings.pop(batch_id, {})
+        for earlier in sorted(b for b in list(self.timings) if b < batch_id):
+            written = self.timings[earlier]
+            if "sink_redis" not in written:
+                continue
+            for name in ("sink_archive", "sink_redis"):
+                if name in written:
+                    out[name] = round(out.get(name, 0.0) + written.pop(name), 1)
+            if not written:
+                self.timings.pop(earlier, None)
+        return out
 
     def write(self, rows, batch_id: int) -> None:
-        """Writes the rows of a batch (a pandas frame of :data:`~spark_jobs.processor.OUTPUT`)
-        and the committed-batch marker in one MULTI/EXEC."""
+        """Writes the rows of a batch (an Arrow table or a pandas frame of
+        :data:`~spark_jobs.processor.OUTPUT`) and the committed-batch marker in one MULTI/EXEC."""
         keys, client = self.keys, self.client
+        if isinstance(rows, pa.Table):
+            rows = {name: rows.column(name).to_pylist() for name in ("qid", "grp", "kind", "data", "raw")}
         executed = time.perf_counter()
         now = time.time()
         # the batch's time: its entries' ids and its archived rows name it, the same when Spark runs it again
@@ -148,6 +249,7 @@ class Sink:
         for entry in ended:
             pipe.hset(keys.ended, entry, batch_id)
         pipe.hset(keys.batches, self.job, batch_id)
+        pipe.delete(keys.pending(self.job))
         pipe.publish(keys.live, live_batch(batch_id, now, {q: len(m) for q, m in matches.items()}, observations,
                                            len(dead)))
         pipe.execute()
@@ -155,8 +257,8 @@ class Sink:
             trim_dead(client, keys, self.dead_max_bytes)
         timings = self.timings.setdefault(batch_id, {})
         timings["sink_redis"] = round((time.perf_counter() - executed) * 1000 - timings.get("sink_archive", 0.0), 1)
-        for old in [b for b in self.timings if b < batch_id - 16]:
-            del self.timings[old]
+        for old in [b for b in list(self.timings) if b < batch_id - 16]:
+            self.timings.pop(old, None)
         log.info("batch %d: %d matches, %d dead letters written", batch_id,
                  sum(map(len, matches.values())), len(dead))
 

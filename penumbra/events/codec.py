@@ -14,6 +14,7 @@ import gc
 import itertools
 import json
 import operator
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
@@ -195,19 +196,32 @@ def parse_event_lines(raws: Sequence[str | bytes | Mapping], streams: Streams | 
     return out
 
 
+_pauses = 0                         # collector_paused blocks open, in any thread
+_resume = False                     # the collector was on when the first of them opened
+_pauses_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def collector_paused():
     """The cyclic garbage collector off for a batch. The objects a batch builds hold no
     cycles and outlive it, so a collection during it frees nothing; yet CPython would run
     one every few hundred allocations and move the survivors up to be scanned again, which
-    costs about as much as the parsing itself."""
-    enabled = gc.isenabled()
-    gc.disable()
+    costs about as much as the parsing itself. The collector is process-wide: it stays off
+    until the last block open in any thread closes, and is on again then if it was on
+    when the first opened."""
+    global _pauses, _resume
+    with _pauses_lock:
+        if _pauses == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _pauses_lock:
+            _pauses -= 1
+            if _pauses == 0 and _resume:
+                gc.enable()
 
 
 _KINDS = {bool: "b", int: "i", float: "f", str: "s", type(None): "n"}

@@ -141,3 +141,46 @@ def test_a_failed_query_is_quarantined_once_its_batch_is_written(redis_server, k
     sink.write(pd.DataFrame([("q1", 0, "f", -1, failure, None)], columns=COLUMNS), 8)
     assert "failed" not in registry.query("q1") and registry.version() == version
     client.close()
+
+
+def test_a_batch_stored_before_a_crash_is_written_once_by_the_next_start(redis_server, keys):
+    """The sink writes behind: ``foreachBatch`` stores the rows and returns, so Spark may commit
+    the batch before it is written. A crash in between leaves the rows stored; the next start
+    writes them, exactly as the running sink would have, and only once."""
+    client = redis.Redis.from_url(redis_server.url)
+    rows = pd.DataFrame(match_rows("q-stored", 30, "s") + [
+        ("", 0, "r", -1, json.dumps({"reason": "ts: missing", "entry": "5-0"}).encode(), None),
+        ("", 0, "x", -1, json.dumps({"entry": "5-1"}).encode(), None)], columns=COLUMNS)
+    crashed = Sink(redis_server.url, keys, "job-stored", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
+    crashed.write(pd.DataFrame(match_rows("q-stored", 4, "w"), columns=COLUMNS), 4)
+    crashed.store(rows, 5)
+    assert client.exists(keys.pending("job-stored")) and int(client.hget(keys.batches, "job-stored")) == 4
+    assert client.xlen(keys.matches("q-stored")) == 4
+    restarted = Sink(redis_server.url, keys, "job-stored", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
+    assert restarted.recover() == 5
+    entries = [fields for _, fields in client.xrange(keys.matches("q-stored"))]
+    assert entries[4:] == [expected_entry("q-stored", row, 5) for row in match_rows("q-stored", 30, "s")]
+    assert int(client.hget(keys.batches, "job-stored")) == 5 and not client.exists(keys.pending("job-stored"))
+    assert client.hget(keys.ended, "5-1") == b"5"
+    assert [f[b"entry"] for _, f in client.xrange(keys.dead) if f.get(b"entry") == b"5-0"] == [b"5-0"]
+    # a second start finds nothing stored, and a store the marker already covers is dropped unwritten
+    assert Sink(redis_server.url, keys, "job-stored", 1_000, 100, 100).recover() is None
+    crashed.store(rows, 5)
+    assert Sink(redis_server.url, keys, "job-stored", 1_000, 100, 100).recover() is None
+    assert client.xlen(keys.matches("q-stored")) == 34 and not client.exists(keys.pending("job-stored"))
+    client.close()
+
+
+def test_a_write_behind_is_reported_with_the_batch_during_which_it_ran(redis_server, keys):
+    sink = Sink(redis_server.url, keys, "job-timed", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
+    sink.timings[3] = {"sink_plan": 10.0, "sink_wait": 0.0, "sink_store": 1.0}
+    sink.write(pd.DataFrame(match_rows("q-timed", 3, "t"), columns=COLUMNS), 3)
+    written = {name: sink.timings[3][name] for name in ("sink_archive", "sink_redis") if name in sink.timings[3]}
+    assert written["sink_redis"] > 0
+    # batch 3's report came before its write ended: the write goes with batch 4's report
+    sink.timings[3] = {"sink_plan": 10.0, "sink_wait": 0.0, "sink_store": 1.0}
+    assert sink.pop_timings(3) == {"sink_plan": 10.0, "sink_wait": 0.0, "sink_store": 1.0}
+    sink.timings[3] = dict(written)
+    sink.timings[4] = {"sink_plan": 12.0}
+    assert sink.pop_timings(4) == {"sink_plan": 12.0, **written}
+    assert sink.pop_timings(5) == {} and sink.timings == {}

@@ -32,6 +32,10 @@ def committed(pipeline) -> int:
 def _job_id(pipeline) -> str:
     return json.loads((pipeline.home / "var" / "checkpoint" / "penumbra.json").read_text())["job"]
 
+def restart_writes(pipeline) -> int:
+    """Lines of the job's log saying a start wrote a batch stored before a crash."""
+    return sum("written on restart" in line for line in pipeline.job.log.read_text(errors="replace").splitlines())
+
 def pages(history: History, query: str, limit: int = 500) -> list[dict]:
     items, after = [], None
     while True:
@@ -124,3 +128,41 @@ def test_a_batch_written_before_a_crash_is_replayed_for_its_state_only(pipeline)
     found = pipeline.run(streams.to_json(), {query_id: text}, events)
     assert_equal(found[query_id], local(text, streams, events), text)
     assert committed(pipeline) > done + 1
+
+def test_kill_9_between_a_stored_batch_and_its_write_loses_and_duplicates_nothing(pipeline):
+    """The sink writes a batch behind Spark's commit, from rows it stored in Redis first. The
+    job is caught with a batch stored and not written (Redis's writes paused at that moment,
+    so the write waits) and killed; the restart writes the stored batch, once."""
+    streams, events = workload(55, "templates", n=1200, late_share=0.0)
+    text = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = 20 AND A.region = B.region WITH THRESHOLD 0.3"
+    query_id = pipeline.query_id()
+    pipeline.registry.put_streams(streams.to_json())
+    pipeline.registry.register(text, query_id=query_id)
+    pending = pipeline.keys.pending(_job_id(pipeline))
+    caught, fed = None, 0
+    while caught is None and fed < len(events):
+        pipeline.feed(events[fed:fed + 100])
+        fed += 100
+        deadline = time.monotonic() + 3
+        while caught is None and time.monotonic() < deadline:
+            if pipeline.client.exists(pending):
+                pipeline.client.client_pause(10_000, all=False)     # writes wait; reads go on
+                stored = pipeline.client.get(pending)
+                if stored is not None:
+                    caught = int(stored.split(b"\n", 1)[0])
+                else:
+                    pipeline.client.client_unpause()
+    assert caught is not None, "no batch was seen stored and not yet written"
+    recovered = restart_writes(pipeline)
+    try:
+        assert committed(pipeline) < caught
+        pipeline.job.kill()
+    finally:
+        pipeline.client.client_unpause()
+    pipeline.start()
+    assert committed(pipeline) >= caught and pipeline.client.get(pending) is None
+    assert restart_writes(pipeline) == recovered + 1
+    pipeline.feed(events[fed:])
+    pipeline.end(query_id)
+    assert_equal(pipeline.matches(query_id), local(text, streams, events), text)
+    pipeline.registry.remove(query_id)
