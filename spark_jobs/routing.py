@@ -177,21 +177,27 @@ def _compile(entry: dict, streams: dict, groups: int) -> CompiledQuery:
 
 
 _cache: OrderedDict[tuple[str, str, int, int], _Compiled] = OrderedDict()
-_settled = False
+_tasks = 0
+#: tasks of an executor process between two reviews of what it froze
+REVIEW_TASKS = 1024
 
 
 def settle_heap() -> None:
-    """Once per executor process, at its first task: what is alive then (the modules of
-    pyspark, pandas, pyarrow, numpy and Penumbra, some 100,000 objects) leaves the cyclic
-    collector's sight (``gc.freeze``). PySpark's daemon runs a full collection after every
-    task of a reused worker, and each one would otherwise walk all of them again (some
-    40 ms; 2-4% of the job's throughput, bench/pipeline.py). What is frozen is never
-    collected, so it is done once, after a collection, and never for later objects."""
-    global _settled
-    if not _settled:
-        _settled = True
+    """At each task of an executor process: what is alive as it starts (the modules of
+    pyspark, pandas, pyarrow, numpy and Penumbra, some 100,000 objects, and what the tasks
+    before kept: compiled registries, connections) leaves the cyclic collector's sight
+    (``gc.freeze``). PySpark's daemon runs a full collection after every task of a reused
+    worker, and before the task starts, so what is alive then is what lasts; each
+    collection would otherwise walk all of it again (some 8 ms a task in a reader that
+    compiled its registry after its first task, half its CPU at 1,000 events/s). Frozen
+    objects are still freed when their last reference goes; only a cycle among them would
+    stay, so every ``REVIEW_TASKS`` tasks they are unfrozen and collected once."""
+    global _tasks
+    if _tasks % REVIEW_TASKS == 0:
+        gc.unfreeze()
         gc.collect()
-        gc.freeze()
+    _tasks += 1
+    gc.freeze()
 
 
 def compiled(url: str, prefix: str, version: int, groups: int) -> _Compiled:
