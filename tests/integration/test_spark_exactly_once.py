@@ -140,10 +140,13 @@ def test_kill_9_between_a_stored_batch_and_its_write_loses_and_duplicates_nothin
     pipeline.registry.register(text, query_id=query_id)
     pending = pipeline.keys.pending(_job_id(pipeline))
     caught, fed = None, 0
+    # a few events at a time, each piece a batch or two, each batch a chance: polled until its
+    # rows appear stored or its write is done
     while caught is None and fed < len(events):
-        pipeline.feed(events[fed:fed + 100])
-        fed += 100
-        deadline = time.monotonic() + 3
+        before = committed(pipeline)
+        pipeline.feed(events[fed:fed + 25])
+        fed += 25
+        deadline = time.monotonic() + 10
         while caught is None and time.monotonic() < deadline:
             if pipeline.client.exists(pending):
                 pipeline.client.client_pause(10_000, all=False)     # writes wait; reads go on
@@ -152,6 +155,8 @@ def test_kill_9_between_a_stored_batch_and_its_write_loses_and_duplicates_nothin
                     caught = int(stored.split(b"\n", 1)[0])
                 else:
                     pipeline.client.client_unpause()
+            elif committed(pipeline) > before:
+                break
     assert caught is not None, "no batch was seen stored and not yet written"
     recovered = restart_writes(pipeline)
     try:
