@@ -71,7 +71,6 @@ class Sink:
         self._writing: threading.Thread | None = None
         #: the error of the last write behind, raised by the next call (the job stops on it too)
         self.failure: BaseException | None = None
-        self._recovered = False
 
     @property
     def client(self) -> redis.Redis:
@@ -81,8 +80,6 @@ class Sink:
 
     def __call__(self, frame, batch_id: int) -> None:
         keys, client = self.keys, self.client
-        if not self._recovered:
-            self.recover()
         committed = client.hget(keys.batches, self.job)
         if committed is not None and batch_id <= int(committed):
             # written before a crash, not yet committed by Spark: the plan still runs, so every
@@ -122,8 +119,7 @@ class Sink:
 
     def recover(self) -> int | None:
         """Writes the batch stored before a crash, if Redis has not got it yet (the id of the
-        batch written, if any); called when the job starts, and before the first batch."""
-        self._recovered = True
+        batch written, if any); the job calls it before it starts its streaming query."""
         stored = self.client.get(self.keys.pending(self.job))
         if stored is None:
             return None
