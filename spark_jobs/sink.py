@@ -106,14 +106,13 @@ class Sink:
                                          name=f"penumbra-sink-{batch_id}", daemon=True)
         self._writing.start()
 
-    def store(self, rows, batch_id: int) -> None:
+    def store(self, rows: pa.Table, batch_id: int) -> None:
         """Keeps a collected batch's rows in Redis until :meth:`write` has written them: what
         Spark commits once ``foreachBatch`` returns is then never lost."""
         stored = time.perf_counter()
-        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pandas(rows, preserve_index=False)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-            writer.write_table(table)
+        with pa.ipc.new_stream(sink, rows.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+            writer.write_table(rows)
         self.client.set(self.keys.pending(self.job), str(batch_id).encode() + b"\n" + sink.getvalue().to_pybytes())
         self.timings.setdefault(batch_id, {})["sink_store"] = round((time.perf_counter() - stored) * 1000, 1)
 
@@ -135,7 +134,7 @@ class Sink:
         log.info("batch %d: written on restart from the rows stored before a crash", batch_id)
         return batch_id
 
-    def _write_behind(self, rows, batch_id: int) -> None:
+    def _write_behind(self, rows: pa.Table, batch_id: int) -> None:
         try:
             with collector_paused():
                 self.write(rows, batch_id)
@@ -173,12 +172,11 @@ class Sink:
                 self.timings.pop(earlier, None)
         return out
 
-    def write(self, rows, batch_id: int) -> None:
-        """Writes the rows of a batch (an Arrow table or a pandas frame of
-        :data:`~spark_jobs.processor.OUTPUT`) and the committed-batch marker in one MULTI/EXEC."""
+    def write(self, rows: pa.Table, batch_id: int) -> None:
+        """Writes the rows of a batch (an Arrow table of :data:`~spark_jobs.processor.OUTPUT`)
+        and the committed-batch marker in one MULTI/EXEC."""
         keys, client = self.keys, self.client
-        if isinstance(rows, pa.Table):
-            rows = {name: rows.column(name).to_pylist() for name in ("qid", "grp", "kind", "data", "raw")}
+        rows = {name: rows.column(name).to_pylist() for name in ("qid", "grp", "kind", "data", "raw")}
         executed = time.perf_counter()
         now = time.time()
         # the batch's time: its entries' ids and its archived rows name it, the same when Spark runs it again

@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 import redis
 
@@ -21,6 +22,11 @@ from spark_jobs.sink import Sink
 
 
 COLUMNS = [part.split()[0] for part in OUTPUT.split(", ")]
+
+
+def collected(rows: list[tuple]) -> pa.Table:
+    """A batch's rows as the job collects them (Arrow)."""
+    return pa.Table.from_pandas(pd.DataFrame(rows, columns=COLUMNS), preserve_index=False)
 
 
 def match_values(n: int, count: int, salt: str) -> tuple:
@@ -59,8 +65,8 @@ def test_matches_reach_their_stream_in_order_whatever_the_calls(redis_server, ke
     client = redis.Redis.from_url(redis_server.url)
     sink = Sink(redis_server.url, keys, "job-1", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
     first = match_rows("q1", 23, "a") + match_rows("q2", 5, "b")
-    sink.write(pd.DataFrame(first, columns=COLUMNS), 3)
-    sink.write(pd.DataFrame(match_rows("q1", 9, "c"), columns=COLUMNS), 4)
+    sink.write(collected(first), 3)
+    sink.write(collected(match_rows("q1", 9, "c")), 4)
     for query, expected in (("q1", [(row, 3) for row in first[:23]] + [(row, 4) for row in match_rows("q1", 9, "c")]),
                             ("q2", [(row, 3) for row in first[23:]])):
         entries = [fields for _, fields in client.xrange(keys.matches(query))]
@@ -79,7 +85,7 @@ def test_result_streams_stay_capped(redis_server, keys):
     client = redis.Redis.from_url(redis_server.url)
     sink = Sink(redis_server.url, keys, "job-1", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
     for batch in range(5):
-        sink.write(pd.DataFrame(match_rows("q1", 400, f"x{batch}"), columns=COLUMNS), batch)
+        sink.write(collected(match_rows("q1", 400, f"x{batch}")), batch)
     # MAXLEN ~ trims whole nodes of the stream: about the cap, never the 2,000 written
     assert 100 <= client.xlen(keys.matches("q1")) < 400
     last = client.xrevrange(keys.matches("q1"), count=1)[0][1]
@@ -99,7 +105,7 @@ def test_the_dead_letter_stream_stays_within_its_memory_budget_and_keeps_the_new
     for batch in range(10):
         rows = [("", 0, "r", -1, json.dumps({"reason": "ts: must be an object", "entry": f"{batch}-{n}"}).encode(),
                  (b"%d-%d:" % (batch, n)) + b"x" * 8000) for n in range(50)]
-        sink.write(pd.DataFrame(rows, columns=COLUMNS), batch)
+        sink.write(collected(rows), batch)
     used = client.memory_usage(keys.dead, samples=0)   # every node counted
     assert used <= 1.2 * budget, used
     assert 50 <= client.xlen(keys.dead) < 500
@@ -130,7 +136,7 @@ def test_a_failed_query_is_quarantined_once_its_batch_is_written(redis_server, k
     sink = Sink(redis_server.url, keys, "job-1", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
     failure = json.dumps({"query": "q1", "error": "ValueError: boom", "version": entry["version"]}).encode()
     rows = [("q1", 0, "f", -1, failure, None), ("", 0, "f", -1, failure, None)] + match_rows("q2", 3, "m")
-    sink.write(pd.DataFrame(rows, columns=COLUMNS), 7)
+    sink.write(collected(rows), 7)
     marked = registry.query("q1")["failed"]
     assert (marked["error"], marked["batch"]) == ("ValueError: boom", 7)
     assert "failed" not in registry.query("q2") and client.xlen(keys.matches("q2")) == 3
@@ -138,7 +144,7 @@ def test_a_failed_query_is_quarantined_once_its_batch_is_written(redis_server, k
     registry.update("q1", threshold=0.6)
     assert "failed" not in registry.query("q1")
     version = registry.version()
-    sink.write(pd.DataFrame([("q1", 0, "f", -1, failure, None)], columns=COLUMNS), 8)
+    sink.write(collected([("q1", 0, "f", -1, failure, None)]), 8)
     assert "failed" not in registry.query("q1") and registry.version() == version
     client.close()
 
@@ -148,11 +154,11 @@ def test_a_batch_stored_before_a_crash_is_written_once_by_the_next_start(redis_s
     the batch before it is written. A crash in between leaves the rows stored; the next start
     writes them, exactly as the running sink would have, and only once."""
     client = redis.Redis.from_url(redis_server.url)
-    rows = pd.DataFrame(match_rows("q-stored", 30, "s") + [
+    rows = collected(match_rows("q-stored", 30, "s") + [
         ("", 0, "r", -1, json.dumps({"reason": "ts: missing", "entry": "5-0"}).encode(), None),
-        ("", 0, "x", -1, json.dumps({"entry": "5-1"}).encode(), None)], columns=COLUMNS)
+        ("", 0, "x", -1, json.dumps({"entry": "5-1"}).encode(), None)])
     crashed = Sink(redis_server.url, keys, "job-stored", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
-    crashed.write(pd.DataFrame(match_rows("q-stored", 4, "w"), columns=COLUMNS), 4)
+    crashed.write(collected(match_rows("q-stored", 4, "w")), 4)
     crashed.store(rows, 5)
     assert client.exists(keys.pending("job-stored")) and int(client.hget(keys.batches, "job-stored")) == 4
     assert client.xlen(keys.matches("q-stored")) == 4
@@ -174,7 +180,7 @@ def test_a_batch_stored_before_a_crash_is_written_once_by_the_next_start(redis_s
 def test_a_write_behind_is_reported_with_the_batch_during_which_it_ran(redis_server, keys):
     sink = Sink(redis_server.url, keys, "job-timed", result_maxlen=100, dead_maxlen=100, obs_maxlen=100)
     sink.timings[3] = {"sink_plan": 10.0, "sink_wait": 0.0, "sink_store": 1.0}
-    sink.write(pd.DataFrame(match_rows("q-timed", 3, "t"), columns=COLUMNS), 3)
+    sink.write(collected(match_rows("q-timed", 3, "t")), 3)
     written = {name: sink.timings[3][name] for name in ("sink_archive", "sink_redis") if name in sink.timings[3]}
     assert written["sink_redis"] > 0
     # batch 3's report came before its write ended: the write goes with batch 4's report

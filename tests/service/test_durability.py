@@ -12,6 +12,7 @@ import time
 
 import httpx
 import pandas as pd
+import pyarrow as pa
 import pytest
 import redis
 
@@ -101,7 +102,7 @@ def test_a_batch_the_sink_committed_survives_a_kill_of_redis_right_after(crashin
         for batch in range(ROUNDS):
             rows = [("q1", n % 4, "m", -1, json.dumps({"events": {"A": f"a{batch}-{n}"}, "prob": 0.9}).encode(),
                      match_payload({"k": n % 5}, 0.9, None, None, None, None)) for n in range(40)]
-            sink.write(pd.DataFrame(rows, columns=columns), batch)
+            sink.write(pa.Table.from_pandas(pd.DataFrame(rows, columns=columns), preserve_index=False), batch)
             restart(crashing_redis).close()
             sink._client = None          # the sink's connection died with the server
             with redis.Redis.from_url(crashing_redis.url) as client:
