@@ -128,8 +128,11 @@ class LossyOperator(MatchGeneration, Operator):
             streams = Streams(streams.values())
         params = [streams.get_or_default(c.stream) for c in query.components]
         fixed = {}
+        # a stream's gap serves the components whose density nothing else gives; the first
+        # positive has no gap (nothing comes before it)
+        given = set(query.gaps) | set(gaps or {}) | {query.components[query.positives[0]].var}
         for component, p in zip(query.components, params):
-            if p.gap is not None:
+            if p.gap is not None and component.var not in given:
                 try:
                     fixed[component.var] = gap_pmf(*p.gap, query.window)
                 except ValueError as error:

@@ -13,8 +13,9 @@
   literal naming a negative component says which of its events would break the match
   (SASE's negation): ``x.tag = z.tag AND y.tag = x.tag`` with ``!Counter y`` is "no
   counter read of x's tag between x and z"; it does not tie x to z by itself.
-* ``DEFAULT y.tag = x.tag, y.aisle = 'unknown'`` gives the value an attribute of a
-  positive component takes when that component was missed (the paper writes these in
+* ``DEFAULT a.tag = x.tag, a.aisle = 'unknown'`` gives the value an attribute of a
+  positive component takes when that component was missed (a negative component takes
+  none: its literals say which of its events break a match) (the paper writes these in
   brackets next to each attribute; one clause keeps one value per attribute). A trivial
   literal of a missed component is taken to hold: the missed event was one of its events.
 * ``GAP z = exponential(40)`` fixes f_z, the density of the time from the previous
@@ -174,6 +175,7 @@ def _clauses(condition: Expr | None, components: dict[str, SequenceComponent]) -
 
 def _defaults(items: list[Expr], components: dict[str, SequenceComponent]) -> dict[str, dict[str, Expr]]:
     out: dict[str, dict[str, Expr]] = {}
+    targets: dict[tuple[str, str], Attr] = {}
     for item in items:
         if not (isinstance(item, Compare) and item.op == "=" and isinstance(item.left, Attr)):
             raise QueryError.at(item, "a default is written var.attribute = value")
@@ -190,7 +192,32 @@ def _defaults(items: list[Expr], components: dict[str, SequenceComponent]) -> di
                 raise QueryError.at(attr, f"a default may refer to positive components only, not {attr.var!r}")
         _check_literal(item.right, components)
         out.setdefault(target.var, {})[target.name] = item.right
+        targets[target.var, target.name] = target
+    _refuse_cycles(out, targets)
     return out
+
+
+def _refuse_cycles(defaults: dict[str, dict[str, Expr]], targets: dict[tuple[str, str], Attr]) -> None:
+    """A default that reaches itself through others (``a.k = a.k``, or ``a.k = b.k`` and
+    ``b.k = a.k``) gives no value when those components are missed together: refused,
+    at the first default of the cycle."""
+    names = {(var, name): expr for var, given in defaults.items() for name, expr in given.items()}
+    done: set[tuple[str, str]] = set()
+
+    def visit(node: tuple[str, str], path: list[tuple[str, str]]) -> None:
+        if node in path:
+            cycle = path[path.index(node):] + [node]
+            raise QueryError.at(targets[cycle[0]], "DEFAULT " + " -> ".join(f"{v}.{n}" for v, n in cycle)
+                                + " refers to itself: a missed component would have no value")
+        if node in done:
+            return
+        for attr in attrs_of(names[node]):
+            if (attr.var, attr.name) in names:
+                visit((attr.var, attr.name), path + [node])
+        done.add(node)
+
+    for node in names:
+        visit(node, [])
 
 
 def _gap(item: Expr, components: dict[str, SequenceComponent], first_positive: str) -> GapSpec:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from penumbra.engine import compile_query
+from penumbra.errors import ValidationError
 from penumbra.events import Event, parse_event, parse_streams
 from penumbra.lossy import GapHistogram, LossyOperator, build_operator
 from penumbra.lossy import operator as lossy_operator
@@ -224,6 +225,22 @@ def test_stream_gap_parameters_fix_the_density():
     assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.6 / 0.72)]
     op = build_operator(parse(query.format(gap="GAP y = uniform(1, 20) ")), streams)
     assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.8 / 0.86)]
+
+
+def test_a_stream_gap_no_component_uses_is_not_checked():
+    """A stream's ``gap`` outside the window refuses a query only where it would serve: not
+    under the query's GAP, nor for the first positive, which has no gap."""
+    far = {"gap": {"uniform": [20, 30]}}
+    events = [rfid("shelf", "a1", 0, 1), rfid("exit", "c1", 4, 1)]
+    query = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag {gap}WITHIN 10 THRESHOLD 0.1"
+    streams = parse_streams({"counter": {"miss_prob": 0.5, **far}})
+    with pytest.raises(ValidationError, match="counter.gap: uniform"):
+        build_operator(parse(query.format(gap="")), streams)
+    # under GAP y = uniform(1, 5): F(4) = 3/5, S^N(4) = 0.4 / (0.5 * 0.6 + 0.4)
+    op = build_operator(parse(query.format(gap="GAP y = uniform(1, 5) ")), streams)
+    assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.4 / 0.7)]
+    op = build_operator(parse(query.format(gap="")), parse_streams({"shelf": far}))
+    assert [m.prob for m in op.feed(events).matches] == [1.0]
 
 
 @pytest.mark.parametrize("threshold", [0.05, 0.9])

@@ -50,6 +50,9 @@ def test_defaults_and_gaps():
     ("SEQUENCE(A x, !B y) DEFAULT y.v = 1 WITHIN 5 THRESHOLD 0.5", "only a missed positive", 1, 29),
     ("SEQUENCE(A x, B y) DEFAULT y.v = 1, y.v = 2 WITHIN 5 THRESHOLD 0.5", "two defaults", 1, 37),
     ("SEQUENCE(A x, B y) DEFAULT y.v > 1 WITHIN 5 THRESHOLD 0.5", "var.attribute = value", 1, 28),
+    ("SEQUENCE(A x, B y, C z) DEFAULT y.v = y.v WITHIN 5 THRESHOLD 0.5", "y.v -> y.v refers to itself", 1, 33),
+    ("SEQUENCE(A x, B y, B w, C z)\nDEFAULT y.v = x.v, y.k = w.k + 1,\n  w.k = y.k WITHIN 5 THRESHOLD 0.5",
+     "y.k -> w.k -> y.k refers to itself", 2, 20),
     ("SEQUENCE(A x, B y) GAP x = uniform(1, 3) WITHIN 5 THRESHOLD 0.5", "first positive", 1, 24),
     ("SEQUENCE(A x, B y) GAP y = normal(1, 3) WITHIN 5 THRESHOLD 0.5", "unknown gap density", 1, 28),
     ("SEQUENCE(A x, B y) GAP y = uniform(3) WITHIN 5 THRESHOLD 0.5", "takes 2 argument", 1, 28),
@@ -98,3 +101,14 @@ def test_trivial_predicates_per_clause():
     q = parse("SEQUENCE(A x, B y) WHERE x.k = y.k AND (x.v = 1 OR y.v = 2) WITHIN 5 THRESHOLD 0.5")
     assert [sorted(c.trivial) for c in q.clauses] == [["x"], ["y"]]
     assert all(len(c.joint) == 1 for c in q.clauses)
+
+
+def test_the_documented_example_runs():
+    """The query docs/lossy.md opens with is one the operator accepts."""
+    from pathlib import Path
+
+    from penumbra.events import parse_streams
+    from penumbra.lossy import build_operator
+
+    text = (Path(__file__).parents[3] / "docs" / "lossy.md").read_text().split("```")[1]
+    build_operator(parse(text), parse_streams({"aisle": {"miss_prob": 0.2}, "counter": {"miss_prob": 0.1}}))
