@@ -3,7 +3,8 @@
 Nodes keep the ``line`` and ``column`` where they start, so a later check (an unknown
 variable, a wrong type) can point at the text. :func:`evaluate` gives an expression's
 value for one binding of variables to events' attributes; a missing attribute or a
-comparison of incompatible values is ``None``, and ``None`` is false in a condition.
+comparison of incompatible values is ``None`` (unknown, as SQL's NULL, also under
+``NOT``), and a condition holds only where it is True.
 
 >>> from penumbra.query import parse_expression
 >>> evaluate(parse_expression("a.value > 95 AND a.node = b.node"),
@@ -301,17 +302,28 @@ def evaluate(expr: Expr, bindings: Mapping[str, Mapping[str, Any]]) -> Any:
     """The value of ``expr`` with each variable bound to an event's attributes.
 
     Unknown attributes, arithmetic on non-numbers, division by zero and ordering of
-    values of different types give ``None``; ``None`` in ``AND``/``OR``/``NOT`` is false.
+    values of different types give ``None``, unknown. ``AND``, ``OR`` and ``NOT`` follow
+    SQL's three-valued logic (any other value than True or None counts as false): ``NOT``
+    of unknown is unknown, so ``NOT (a.v = 1)`` and ``a.v != 1`` both fail where ``a``
+    has no ``v``, and a condition holds only where its value is True.
     """
     if isinstance(expr, Const):
         return expr.value
     if isinstance(expr, Attr):
         return bindings.get(expr.var, {}).get(expr.name)
     if isinstance(expr, Bool):
-        values = (evaluate(e, bindings) is True for e in expr.operands)
-        return all(values) if expr.op == "and" else any(values)
+        decisive = expr.op == "or"          # the operand value that decides: True for OR, False for AND
+        unknown = False
+        for operand in expr.operands:
+            value = evaluate(operand, bindings)
+            if value is None:
+                unknown = True
+            elif (value is True) == decisive:
+                return decisive
+        return None if unknown else not decisive
     if isinstance(expr, Not):
-        return evaluate(expr.operand, bindings) is not True
+        value = evaluate(expr.operand, bindings)
+        return None if value is None else value is not True
     if isinstance(expr, Unary):
         value = evaluate(expr.operand, bindings)
         return (-value if expr.op == "-" else value) if _is_number(value) else None

@@ -71,15 +71,26 @@ _ARITHMETIC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_div
 
 
 def _truth(expr: Expr, columns) -> np.ndarray:
+    return _logic(expr, columns)[0]
+
+
+def _logic(expr: Expr, columns) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``expr`` is True and where it is False (elsewhere unknown: SQL's logic, as
+    :func:`~penumbra.query.ast.evaluate`)."""
     if isinstance(expr, Compare):
         left, left_ok = _value(expr.left, columns)
         right, right_ok = _value(expr.right, columns)
-        return left_ok & right_ok & _COMPARE[expr.op](left, right)
+        known = left_ok & right_ok
+        holds = _COMPARE[expr.op](left, right)
+        return known & holds, known & ~holds
     if isinstance(expr, Bool):
-        parts = [_truth(e, columns) for e in expr.operands]
-        return np.logical_and.reduce(parts) if expr.op == "and" else np.logical_or.reduce(parts)
+        trues, falses = zip(*(_logic(e, columns) for e in expr.operands))
+        if expr.op == "and":
+            return np.logical_and.reduce(trues), np.logical_or.reduce(falses)
+        return np.logical_or.reduce(trues), np.logical_and.reduce(falses)
     if isinstance(expr, Not):
-        return ~_truth(expr.operand, columns)
+        true, false = _logic(expr.operand, columns)
+        return false, true
     raise _PerEvent
 
 

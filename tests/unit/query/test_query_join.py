@@ -55,7 +55,13 @@ def test_expressions_evaluate_with_sql_like_nulls():
     assert evaluate(parse_expression("a.x * 2 + 1 = 9 AND a.x % 3 = 1"), env) is True
     assert evaluate(parse_expression("NOT (a.x > 5 OR a.s = 'zz')"), env) is True
     assert evaluate(parse_expression("a.missing > 1"), env) is None
-    assert evaluate(parse_expression("NOT a.missing > 1"), env) is True
+    # unknown stays unknown under NOT, as in SQL: NOT (v = 1) fails where v is missing, as v != 1 does
+    assert evaluate(parse_expression("NOT a.missing > 1"), env) is None
+    assert evaluate(parse_expression("NOT (a.missing = 1)"), env) is evaluate(parse_expression("a.missing != 1"), env)
+    assert evaluate(parse_expression("a.missing = 1 OR a.x = 4"), env) is True
+    assert evaluate(parse_expression("a.missing = 1 OR a.x = 5"), env) is None
+    assert evaluate(parse_expression("NOT (a.missing = 1 AND a.x = 5)"), env) is True
+    assert evaluate(parse_expression("NOT (a.missing = 1 AND a.x = 4)"), env) is None
     assert evaluate(parse_expression("a.x / 0 = 1"), env) is None
     assert evaluate(parse_expression("a.s < 3"), env) is None
     assert evaluate(parse_expression("-a.x = -4"), env) is True
