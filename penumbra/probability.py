@@ -31,9 +31,20 @@ import numpy as np
 from .timestamps import Histogram, HistogramBlock
 
 __all__ = [
-    "adjusted_histograms", "ge", "p_deadline", "p_delay", "p_geq", "p_geq_block",
+    "ROUNDING", "adjusted_histograms", "ge", "meets", "p_deadline", "p_delay", "p_geq", "p_geq_block",
     "p_within", "p_within_block", "stime", "stime_block", "stime_table",
 ]
+
+#: How far below a threshold a computed probability may fall and still meet it. The
+#: operators' probabilities are exact to rounding (a few units in the last place), so a
+#: probability that equals its threshold exactly (0.1 against ``THRESHOLD 0.1``) meets it
+#: whatever its last bit, and every method and strategy keeps the same matches.
+ROUNDING = 1e-12
+
+
+def meets(prob, threshold):
+    """Whether ``prob`` (a number or an array) reaches ``threshold``, to rounding."""
+    return prob >= threshold - ROUNDING
 
 
 def adjusted_histograms(h_i: Histogram, h_j: Histogram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -61,8 +72,23 @@ def ge(h_i: Histogram, h_j: Histogram) -> float:
 
 
 def p_geq(h_i: Histogram, h_j: Histogram, d: float = 0.0) -> float:
-    """``P(X_i + d >= X_j)`` exactly: ``ge(H_i + d, H_j)``."""
-    return ge(h_i.shift(d), h_j) if d else ge(h_i, h_j)
+    """``P(X_i + d >= X_j)`` exactly: ``ge(H_i + d, H_j)``, computed with both histograms
+    moved by ``-min(H_j)`` first (exact for times close together), so ``d`` is added to
+    times near 0 rather than to, say, epoch seconds, where a float's spacing is 2.4e-7.
+    1 and 0 where the supports' mass alone decides."""
+    support_i, support_j = _support(h_i), _support(h_j)
+    if (support_i[0] - support_j[1]) + d >= 0:
+        return 1.0
+    if (support_i[1] - support_j[0]) + d <= 0:
+        return 0.0
+    origin = float(h_j.edges[0])
+    return ge(h_i.shift(-origin).shift(d), h_j.shift(-origin))
+
+
+def _support(h: Histogram) -> tuple[float, float]:
+    """Where ``h``'s mass lies: its edges but for zero-probability buckets at either end."""
+    mass = np.flatnonzero(h.probs > 0)
+    return float(h.edges[mass[0]]), float(h.edges[mass[-1] + 1])
 
 
 def p_within(h_i: Histogram, h_j: Histogram, d: float) -> float:
@@ -178,17 +204,25 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         Phi_b(y) = int F_b up to y = sum_v 1/2 dens_bv min(relu(y - e_bv), w_bv)^2 + p_bv relu(y - e_b[v+1])
 
     the same value as Theorem 1, for a whole block of pairs in a few array operations
-    (each term is bounded by ``p_bv w_bv``, so nothing large cancels).
+    (each term is bounded by ``p_bv w_bv``, so nothing large cancels). The edges'
+    differences ``e_ak - e_bv`` are taken before ``d`` is added (exact for times close
+    together), so ``d`` is added near 0 rather than to, say, epoch seconds, where a
+    float's spacing is 2.4e-7. A pair whose supports' mass alone decides
+    (``min + d >= max`` of the other, or ``max + d <= min``) is 1 or 0 exactly.
     """
     rows = max(len(a), len(b), np.size(d))
     shift = np.broadcast_to(np.asarray(d, dtype=np.float64).reshape(-1), (rows,))
     out = np.empty(rows)
+    # the kernel's sums come to 1 and 0 where the edges decide; only a histogram whose mass
+    # is narrower than its edges needs its support's decision (rarely: such blocks are few)
+    supports = a.derived("narrower") or b.derived("narrower")
     for start in range(0, rows, _CHUNK):
         stop = min(start + _CHUNK, rows)
         a_edges, a_jumps = a.columns(start, stop, "edges", "density_jumps")
         b_edges, b_widths, b_probs, b_half_dens = b.columns(start, stop, "edges", "widths", "probs", "half_density")
-        y = a_edges + shift[start:stop]
-        ramps = y[None, :, :] - b_edges[:, None, :]
+        d_chunk = shift[start:stop]
+        ramps = a_edges[None, :, :] - b_edges[:, None, :]
+        ramps += d_chunk
         np.maximum(ramps, 0.0, out=ramps)
         inside = np.minimum(ramps[:-1], b_widths[:, None, :])
         inside *= inside
@@ -197,7 +231,12 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         beyond *= b_probs[:, None, :]
         inside += beyond
         phi = inside.sum(axis=0)
-        out[start:stop] = np.einsum("kr,kr->r", a_jumps, phi)
+        value = np.einsum("kr,kr->r", a_jumps, phi)
+        if supports:
+            (a_lo, a_hi), (b_lo, b_hi) = (h.columns(start, stop, "support_lo", "support_hi") for h in (a, b))
+            value[(a_lo[0] - b_hi[0]) + d_chunk >= 0] = 1.0
+            value[(a_hi[0] - b_lo[0]) + d_chunk <= 0] = 0.0
+        out[start:stop] = value
     np.clip(out, 0.0, 1.0, out=out)
     return out
 

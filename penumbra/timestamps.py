@@ -356,7 +356,9 @@ class HistogramBlock:
     def derived(self, name: str) -> np.ndarray:
         """Per-bucket arrays the kernels need, computed once per block: ``widths``,
         ``half_density`` (``p / 2 len``; 0 for padding) and ``density_jumps``
-        (``dens[k-1] - dens[k]`` at each edge ``k``)."""
+        (``dens[k-1] - dens[k]`` at each edge ``k``); and per histogram, as (1, N) rows,
+        where its mass lies: ``support_lo`` and ``support_hi``, its edges but for the
+        zero-probability buckets at either end."""
         if not self._derived:
             widths = np.diff(self.edges, axis=0)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -364,7 +366,22 @@ class HistogramBlock:
             zero = np.zeros((1, len(self)))
             self._derived.update(widths=widths, half_density=0.5 * density,
                                  density_jumps=-np.diff(np.concatenate([zero, density, zero]), axis=0))
+        if name not in self._derived:
+            self._derived.update(self._support())
         return self._derived[name]
+
+    def _support(self) -> dict[str, np.ndarray]:
+        """``support_lo``/``support_hi`` and ``narrower`` (whether some histogram's mass is
+        narrower than its edges: a zero-probability bucket of positive width at an end)."""
+        empty = self.probs <= 0
+        if not empty.any():          # (the common block: no bucket without mass)
+            return {"support_lo": self.edges[:1], "support_hi": self.edges[-1:], "narrower": False}
+        columns = np.arange(len(self))
+        first = np.argmax(~empty, axis=0)
+        last = len(self.probs) - 1 - np.argmax(~empty[::-1], axis=0)
+        lo, hi = self.edges[first, columns][None, :], self.edges[last + 1, columns][None, :]
+        return {"support_lo": lo, "support_hi": hi,
+                "narrower": bool(np.any(lo[0] != self.edges[0]) or np.any(hi[0] != self.edges[-1]))}
 
     def columns(self, start: int, stop: int, *names: str) -> list[np.ndarray]:
         """Columns ``start:stop`` of the named arrays; a one-histogram block repeats its column."""

@@ -41,6 +41,7 @@ from ..events import Event, Streams
 from ..keygroups import KeyGroup
 from ..keyed import GroupState, step
 from ..operator import BlockResult, Clock
+from ..probability import meets
 from ..query import JoinQuery
 from ..query.block import block_filter
 from .inspection import NEAR_MISS_BIN, NEAR_MISS_SAMPLES
@@ -139,9 +140,9 @@ class Plan:
         own, threshold = member.operator, self.thresholds[member.id]
         # one floor for the plan (it is in the plan's key): what the plan keeps below the
         # member's threshold are the member's near misses
-        keep = block.probs >= threshold
+        keep = meets(block.probs, threshold)
         below = ~keep
-        in_near = block.near.probs < threshold
+        in_near = ~meets(block.near.probs, threshold)
         for k, side in enumerate(own.sides):
             if side.filters:
                 passing, passing_near = block.passing(k, side)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..probability import meets
 from .partitions import certain_pairs, void_pairs
 from .rows import Rows
 
@@ -170,9 +171,9 @@ class Strategies:
             probs[certain] = 1.0
             probs[void] = 0.0
             self.totals["probed"] += len(probed)
-            missed = probed[(probs[probed] >= self.floor) & (probs[probed] < self.threshold)]
+            missed = probed[meets(probs[probed], self.floor) & ~meets(probs[probed], self.threshold)]
             self._near_misses(a, b, ia[missed], ib[missed], probs[missed], near)
-        hit = np.flatnonzero(probs >= self.threshold)
+        hit = np.flatnonzero(meets(probs, self.threshold))
         if len(hit):
             matches.append((a, ia[hit], b, ib[hit], probs[hit]))
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..events import Event, event_to_json
 from ..operator import BlockResult, Match
+from ..probability import meets
 from ..query.ast import evaluate
 from .plan import ClausePlan, Literal, NegativeCheck
 from .queues import NO_KEY
@@ -99,7 +100,7 @@ class MatchGeneration:
         rows, entries = rows[satisfied], entries[satisfied]
         t_a = queue.t[entries]
         score = paths.score[rows] * self.score[i, j][t_b[rows] - t_a]
-        keep = score * queue.bound[entries] >= self.threshold
+        keep = meets(score * queue.bound[entries], self.threshold)
         self.totals["pruned_paths"] += len(keep) - int(np.count_nonzero(keep))
         rows, entries, t_a = rows[keep], entries[keep], t_a[keep]
         longer = paths.take(rows)
@@ -185,7 +186,7 @@ class MatchGeneration:
         wait for the window of trailing negatives to pass. A path satisfying several
         clauses is reported once."""
         score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
-        paths = replace(paths, score=score).take(score >= self.threshold)
+        paths = replace(paths, score=score).take(meets(score, self.threshold))
         identities = None
         if len(self.plans) > 1:
             identities = [tuple((s, paths.events[s][n].id) for s in paths.states) for n in range(len(paths))]
@@ -228,7 +229,7 @@ class MatchGeneration:
             deadline, _, key, t_last, score, path, clauses, *saved = heapq.heappop(self.pending)
             trailing = float(self.trailing[deadline - t_last])
             score *= trailing
-            if score < self.threshold:
+            if not meets(score, self.threshold):
                 continue
             one = np.array([key], np.int64)
             lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)

@@ -53,6 +53,7 @@ import numpy as np
 from ..errors import ValidationError
 from ..events import Event, Streams
 from ..operator import BlockResult, Late, Operator, check_threshold
+from ..probability import meets
 from ..query.ast import evaluate
 from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
@@ -250,7 +251,7 @@ class LossyOperator(MatchGeneration, Operator):
         self._prune_edges()
 
     def _prune_edges(self) -> None:
-        self.incoming = [[i for i in range(j) if self.reach[i, j][self.window] >= self.threshold]
+        self.incoming = [[i for i in range(j) if meets(self.reach[i, j][self.window], self.threshold)]
                          for j in range(len(self.positives))]
 
     # --- Operator interface -------------------------------------------------------------
@@ -489,7 +490,7 @@ class LossyOperator(MatchGeneration, Operator):
             if state in self.anchors:
                 self.anchors[state].push(t, key, events[rows])
             bound = self._bounds(state, t, key)
-            keep = bound >= self.threshold
+            keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
             self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
             if state < last:

@@ -29,6 +29,7 @@ from ..errors import ValidationError
 from ..events import Event, Streams
 from ..timestamps import Interval
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
+from ..probability import meets
 from ..query.pattern import PatternQuery
 from .any_state import AnyStateEngine, SelectivityEngine
 from .confidence import chain_confidence, point_confidence
@@ -276,7 +277,7 @@ class PatternOperator(Operator):
                 confidence, first, last = point_confidence(match.events, match.points, gaps)
             else:
                 confidence, first, last = chain_confidence(match.events, match.vlb, match.vub, window, gaps)
-            if not confidence > 0 or (threshold is not None and confidence < threshold):
+            if not confidence > 0 or (threshold is not None and not meets(confidence, threshold)):
                 self.counts["below_threshold"] += 1
                 continue
             kept += 1

@@ -152,15 +152,32 @@ def test_far_apart_and_identical_histograms():
 
 
 def test_large_absolute_times_keep_their_precision():
-    # epoch-like timestamps: the relative geometry is what matters
-    base = 1.7e9
-    h_i, h_j = Histogram([0, 2, 5], [0.4, 0.6]), Histogram([1, 4], [1.0])
-    for d in (0.0, 0.7, 3.0):
-        expected = oracle(h_i, h_j, d)
-        assert p_geq(h_i.shift(base), h_j.shift(base), d) == pytest.approx(expected, abs=1e-6)
-        got = p_geq_block(HistogramBlock.from_histograms([h_i.shift(base)]),
-                          HistogramBlock.from_histograms([h_j.shift(base)]), d)
-        assert got[0] == pytest.approx(expected, abs=1e-6)
+    """Epoch seconds, buckets of a second and of a millisecond: exact to rounding near 0,
+    not to the float spacing at 1.7e9 (2.4e-7, which made errors of 1e-7 to 1e-4)."""
+    rng = np.random.default_rng(11)
+    for base, unit in ((1.7e9, 1.0), (1.7e9, 1e-3), (-3.2e8, 0.25)):
+        for _ in range(60):
+            h_i, h_j = (random_histogram(rng, int(rng.integers(1, 4)), origin)
+                        for origin in (0.0, rng.uniform(-3, 3)))
+            h_i, h_j = (Histogram(h.edges * unit + base, h.probs) for h in (h_i, h_j))
+            d = float(rng.choice([0.0, 0.3, 1.7, 6.0])) * unit
+            exact = float(p_within_exact(h_i.edges, h_i.probs, h_j.edges, h_j.probs, d))
+            assert p_within(h_i, h_j, d) == pytest.approx(exact, abs=EXACT)
+            block = p_within_block(HistogramBlock.from_histograms([h_i]), HistogramBlock.from_histograms([h_j]), d)
+            assert block[0] == pytest.approx(exact, abs=EXACT)
+            assert p_geq(h_i, h_j, d) == pytest.approx(float(p_geq_exact(h_i.edges, h_i.probs, h_j.edges,
+                                                                          h_j.probs, d)), abs=EXACT)
+
+
+def test_zero_probability_end_buckets_leave_a_certain_pair_certain():
+    """Where the supports' mass alone decides, 1 and 0 come out exactly (a threshold of 1
+    keeps the pair), whatever zero-probability buckets lie beyond it."""
+    a, b = Histogram.uniform(0, 10), Histogram([0, 5, 20], [1.0, 0.0])
+    assert p_within(a, b, 14.9) == 1.0
+    assert p_within_block(HistogramBlock.from_histograms([a]), HistogramBlock.from_histograms([b]), 14.9)[0] == 1.0
+    late = Histogram([-30, 20, 25], [0.0, 1.0])
+    assert p_geq(a, late, 5.0) == 0.0 and p_geq(late, a, -10.0) == 1.0
+    assert p_geq_block(HistogramBlock.from_histograms([a]), HistogramBlock.from_histograms([late]), 10.0)[0] == 0.0
 
 
 @pytest.mark.parametrize("d", [0.0, 4.0, -3.0])

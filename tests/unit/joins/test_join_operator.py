@@ -615,3 +615,30 @@ def test_a_blocks_key_values_are_coded_as_the_join_compares_keys(values):
         expected = None if value is None else \
             tuple((type(v) is bool, v) for v in (value if type(value) is tuple else (value,)))
         assert distinct[code] == expected and repr(distinct[code]) == repr(expected)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_certain_pair_reaches_a_threshold_of_one(strategy):
+    """B's mass lies in [0, 5] (a zero-probability bucket reaches 20), A is in [0, 10]: every
+    outcome is within 14.9, so the pair is a match at threshold 1 under every strategy."""
+    streams = parse_streams({"sa": {"max_delay": 100}, "sb": {"max_delay": 100}})
+    op = compile_query(f"SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 14.9 WITH THRESHOLD 1.0 USING {strategy}",
+                       streams)
+    events = [parse_event({"stream": "sb", "id": "b", "ts": {"edges": [0, 5, 20], "probs": [1, 0]}}, streams),
+              parse_event({"stream": "sa", "id": "a", "ts": {"lo": 0, "hi": 10}}, streams)]
+    matches = list(op.feed(events).matches) + list(op.flush().matches)
+    assert [(m.events, m.prob) for m in matches] == [({"A": "a", "B": "b"}, 1.0)]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("base", [0.0, 1.7e9])
+def test_a_probability_equal_to_the_threshold_meets_it(strategy, base):
+    """A on [t, t+1], B on [t+0.5, t+1.5]: P(|X_A - X_B| <= 0.1) = 0.1 exactly, at t = 0 and
+    at epoch seconds, where its last bit falls either way: the pair meets THRESHOLD 0.1."""
+    streams = parse_streams({"sa": {"max_delay": 10, "pi": 5}, "sb": {"max_delay": 10, "pi": 5}})
+    op = compile_query(f"SELECT * FROM SA A, SB B WHERE WINDOW(A, B) = 0.1 WITH THRESHOLD 0.1 USING {strategy}",
+                       streams)
+    events = [parse_event({"stream": "sa", "id": "a", "ts": {"lo": base, "hi": base + 1}}, streams),
+              parse_event({"stream": "sb", "id": "b", "ts": {"lo": base + 0.5, "hi": base + 1.5}}, streams)]
+    matches = list(op.feed(events).matches) + list(op.flush().matches)
+    assert [(m.events, round(m.prob, 12)) for m in matches] == [({"A": "a", "B": "b"}, 0.1)]

@@ -111,3 +111,19 @@ def test_figure_1_stream(method, strategy):
     assert expected[("a1", "b3", "c2")][1:] == (1, 5)
     actual = run(f"{text} USING {method}", events, [1, 1, 1])
     assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("confidence", ["0.5", "1.0"])
+def test_a_confidence_equal_to_its_threshold_is_kept_by_every_method(method, confidence):
+    """a1 uniform on 1..4, b1 on 2..4: P(a1 < b1) = 6/12 exactly; a certain pair is 1. A
+    confidence equal to WITH CONFIDENCE meets it, whatever its last bit in one method."""
+    streams = Streams([StreamParams("A", pi=4), StreamParams("B", pi=4)])
+    if confidence == "0.5":
+        events = [Event("A", "a1", Interval(1, 4)), Event("B", "b1", Interval(2, 4))]
+    else:
+        events = [Event("A", "a1", Interval(1, 2)), Event("B", "b1", Interval(3, 4))]
+    operator = build_operator(parse(f"PATTERN SEQ(A a, B b) WITHIN 6 WITH CONFIDENCE {confidence} USING {method}"),
+                              streams)
+    matches = operator.feed(events).matches + operator.flush().matches
+    assert [(m.events, round(m.prob, 12)) for m in matches] == [({"a": "a1", "b": "b1"}, float(confidence))]
