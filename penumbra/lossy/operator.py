@@ -517,7 +517,9 @@ class LossyOperator(MatchGeneration, Operator):
         values = [event.attrs.get(name) for event in events]
         first = self.next_code
         self.next_code += len(values)
-        codes = np.fromiter(map(self.key_codes.setdefault, values, range(first, self.next_code)),
+        # true is not 1 (JSON's kinds, as conditions compare them), while 1 and 1.0 are one key
+        coded = [(bool, value) if type(value) is bool else value for value in values]
+        codes = np.fromiter(map(self.key_codes.setdefault, coded, range(first, self.next_code)),
                             dtype=np.int64, count=len(values))
         absent = self.key_codes.pop(None, None)
         if absent is not None:

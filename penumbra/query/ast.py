@@ -342,7 +342,9 @@ def evaluate(expr: Expr, bindings: Mapping[str, Mapping[str, Any]]) -> Any:
         if left is None or right is None:
             return None
         if expr.op in ("=", "!="):
-            return _COMPARISON[expr.op](left, right)
+            # JSON's kinds: true is not 1 (as a join's key and an event's identity read them)
+            equal = (type(left) is bool) == (type(right) is bool) and left == right
+            return equal if expr.op == "=" else not equal
         if _is_number(left) and _is_number(right) or (isinstance(left, str) and isinstance(right, str)):
             return _COMPARISON[expr.op](left, right)
         return None

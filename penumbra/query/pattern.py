@@ -7,9 +7,10 @@
 
 A component's type is the name of the stream its events come from (compared
 case-insensitively). Each ``WHERE`` conjunct is checked as soon as every variable it
-names is bound, i.e. at the component of its last variable in pattern order; an
-equality ``x.k = y.k'`` chain that reaches every component partitions the state (SASE's
-partitioned active instance stacks). ``WITHIN W`` holds when ``t_last - t_first < W``;
+names is bound, i.e. at the component of its last variable in pattern order, and so is
+each equality the conjuncts imply (``a.k = c.k AND b.k = c.k``: ``b.k = a.k`` at ``b``);
+an equality ``x.k = y.k'`` chain that reaches every component partitions the state
+(SASE's partitioned active instance stacks). ``WITHIN W`` holds when ``t_last - t_first < W``;
 with a unit, ``W`` is converted to seconds. Without a selection strategy the query
 uses ``skip_till_any_match``; without ``USING`` it is evaluated by ``sorted``.
 """
@@ -141,13 +142,18 @@ class PatternBuilder(ExprBuilder):
             if (isinstance(term, Compare) and term.op == "=" and isinstance(term.left, Attr)
                     and isinstance(term.right, Attr) and term.left.var != term.right.var):
                 keys.append((term.left, term.right))
+        _implied_equalities(keys, variables, steps)
         window = _window(within)
         returned = tuple(variables)
         if returns is not None:
+            named: set[str] = set()
             for name, token in returns:
                 if name not in order:
                     raise QueryError(f"RETURN names unknown variable {name!r} (the pattern's are "
                                      f"{', '.join(variables)})", token.line, token.column)
+                if name in named:
+                    raise QueryError(f"RETURN names {name!r} twice", token.line, token.column)
+                named.add(name)
             names = {name for name, _ in returns}
             returned = tuple(v for v in variables if v in names)
         threshold = None
@@ -164,6 +170,26 @@ class PatternBuilder(ExprBuilder):
         return PatternQuery(tuple(components), tuple(tuple(s) for s in steps), window,
                             strategy or "skip_till_any_match", returned, threshold, method,
                             _partition(keys, variables))
+
+
+def _implied_equalities(keys: list[tuple[Attr, Attr]], variables: tuple[str, ...],
+                        steps: list[list[Expr]]) -> None:
+    """Add to ``steps`` the equalities the WHERE implies: with ``a.k = c.k AND b.k = c.k``,
+    ``b.k = a.k`` holds in every match and is checked at ``b``. A match is the same with or
+    without them; what changes is skip_till_next_match's "next" event, which is the next
+    one passing the conditions checkable at its component: an event that cannot share
+    the run's key is not next, whether the equalities are written as a chain, in another
+    order or through a later component (and an equality chain that partitions the state
+    decides the same)."""
+    order = {v: j for j, v in enumerate(variables)}
+    written = {frozenset((left.var, right.var)) for left, right in keys}
+    for members in equality_classes(keys):
+        bound = sorted(members, key=order.__getitem__)
+        for later in bound[1:]:
+            if any(frozenset((earlier, later)) in written for earlier in bound[:bound.index(later)]):
+                continue
+            first = bound[0]
+            steps[order[later]].append(Compare("=", Attr(later, members[later][0]), Attr(first, members[first][0])))
 
 
 def _check_names(term: Expr, order: dict[str, int]) -> None:

@@ -293,3 +293,13 @@ def test_bounds_do_not_depend_on_when_entries_leave(block, monkeypatch):
     events.append(rfid("C", "z1", late + 17, 1))
     whole = as_set(run(build_operator(query, streams), events, block=len(events)))
     assert as_set(run(build_operator(query, streams), events, block=block)) == whole
+
+
+def test_a_hash_key_of_true_is_not_one():
+    """Hashed queues tell JSON's kinds apart as conditions do: x's tag true meets z2's true,
+    not z1's 1."""
+    op = build_operator(parse("SEQUENCE(A x, C z) WHERE x.tag = z.tag WITHIN 10 THRESHOLD 0.1"), parse_streams({}))
+    events = [parse_event({"stream": "a", "id": "x1", "ts": {"lo": 0, "hi": 0}, "attrs": {"tag": True}}),
+              parse_event({"stream": "c", "id": "z1", "ts": {"lo": 4, "hi": 4}, "attrs": {"tag": 1}}),
+              parse_event({"stream": "c", "id": "z2", "ts": {"lo": 5, "hi": 5}, "attrs": {"tag": True}})]
+    assert [m.events for m in op.feed(events).matches + op.flush().matches] == [{"x": "x1", "z": "z2"}]

@@ -127,3 +127,29 @@ def test_a_confidence_equal_to_its_threshold_is_kept_by_every_method(method, con
                               streams)
     matches = operator.feed(events).matches + operator.flush().matches
     assert [(m.events, round(m.prob, 12)) for m in matches] == [({"a": "a1", "b": "b1"}, float(confidence))]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_skip_till_next_takes_the_equalities_the_where_implies(method):
+    """a (k=1) at 1, bx (k=2) at 2, by (k=1) at 3, c (k=1) at 4, d at 5. However the
+    equalities are written (a chain, another order, through a later component, with a
+    component outside them), b.k = a.k holds in every match and is checked at b: bx cannot
+    share the run's key, so by is the next B and a, by, c match. An equality through
+    arithmetic implies nothing: there bx is the next B, and the run fails at c."""
+    streams = Streams([StreamParams(name, pi=1) for name in "ABCD"])
+    events = [Event("A", "a", Interval(1, 1), {"k": 1}), Event("B", "bx", Interval(2, 2), {"k": 2}),
+              Event("B", "by", Interval(3, 3), {"k": 1}), Event("C", "c", Interval(4, 4), {"k": 1}),
+              Event("D", "d", Interval(5, 5), {"k": 9})]
+
+    def matches(seq, where):
+        variables = ", ".join(v for _, v in seq)
+        text = (f"PATTERN SEQ({', '.join(f'{t} {v}' for t, v in seq)}) WHERE {where} AND "
+                f"skip_till_next_match({variables}) WITHIN 10 USING {method}")
+        operator = build_operator(parse(text), streams)
+        return sorted(tuple(m.events.values()) for m in operator.feed(events).matches + operator.flush().matches)
+
+    abc = [("A", "a"), ("B", "b"), ("C", "c")]
+    for where in ("a.k = b.k AND b.k = c.k", "a.k = c.k AND b.k = c.k", "c.k = b.k AND c.k = a.k"):
+        assert matches(abc, where) == [("a", "by", "c")], where
+    assert matches(abc + [("D", "e")], "a.k = c.k AND b.k = c.k") == [("a", "by", "c", "d")]
+    assert matches(abc, "a.k = c.k AND b.k + 0 = c.k") == []

@@ -42,6 +42,7 @@ def test_options_and_partition():
     ("PATTERN SEQ(A a, B a) WITHIN 5", "variable 'a' is used twice", 1, 1),
     ("PATTERN SEQ(A a, B b) WHERE skip_till_next_match(b, a) WITHIN 5", "skip_till_next_match(a, b)", 1, 29),
     ("PATTERN SEQ(A a, B b)\n  WITHIN 5 RETURN z", "RETURN names unknown variable 'z'", 2, 19),
+    ("PATTERN SEQ(A a, B b) WITHIN 5 RETURN a, a", "RETURN names 'a' twice", 1, 42),
     ("PATTERN SEQ(A a, B b) WITHIN 0", "the window must be > 0", 1, 30),
     ("PATTERN SEQ(A a, B b) WITHIN 5 WITH CONFIDENCE 1.5", "the confidence must be in (0, 1]", 1, 48),
     ("PATTERN SEQ(A a, B b) WHERE a AND b.x = 1 WITHIN 5", "a bare variable 'a'", 1, 29),

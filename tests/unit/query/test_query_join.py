@@ -62,6 +62,11 @@ def test_expressions_evaluate_with_sql_like_nulls():
     assert evaluate(parse_expression("a.missing = 1 OR a.x = 5"), env) is None
     assert evaluate(parse_expression("NOT (a.missing = 1 AND a.x = 5)"), env) is True
     assert evaluate(parse_expression("NOT (a.missing = 1 AND a.x = 4)"), env) is None
+    # JSON's kinds: true is not 1, 1 is 1.0
+    flags = {"a": {"t": True, "one": 1}}
+    assert evaluate(parse_expression("a.t = 1"), flags) is False
+    assert evaluate(parse_expression("a.t != 1"), flags) is True
+    assert evaluate(parse_expression("a.t = true AND a.one = 1.0 AND a.one != true"), flags) is True
     assert evaluate(parse_expression("a.x / 0 = 1"), env) is None
     assert evaluate(parse_expression("a.s < 3"), env) is None
     assert evaluate(parse_expression("-a.x = -4"), env) is True
