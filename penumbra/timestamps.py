@@ -62,7 +62,7 @@ def number_array(values: object, field: str, *, min_len: int = 1) -> np.ndarray:
         array = values.astype(np.float64, copy=True)
         bad = np.flatnonzero(~np.isfinite(array))
         if bad.size:
-            raise ValidationError(f"{field}[{bad[0]}]", f"must be finite, got {array[bad[0]]!r}")
+            raise ValidationError(f"{field}[{bad[0]}]", f"must be finite, got {float(array[bad[0]])!r}")
         return array
     return np.array([finite_number(v, f"{field}[{k}]") for k, v in enumerate(values)],
                     dtype=np.float64)
@@ -74,7 +74,7 @@ def probability_vector(values: object, field: str) -> np.ndarray:
     negative = np.flatnonzero(probs < 0)
     if negative.size:
         raise ValidationError(f"{field}[{negative[0]}]",
-                              f"probabilities must be >= 0, got {probs[negative[0]]!r}")
+                              f"probabilities must be >= 0, got {float(probs[negative[0]])!r}")
     total = math.fsum(probs.tolist())
     if abs(total - 1.0) > PROB_TOLERANCE:
         raise ValidationError(field, f"must sum to 1 (within {PROB_TOLERANCE:g}), sums to {total!r}")
@@ -100,7 +100,7 @@ class Histogram:
         if flat.size:
             k = flat[0] + 1
             raise ValidationError(f"edges[{k}]", f"edges must be strictly increasing, "
-                                  f"got {edges[k]!r} after {edges[k - 1]!r}")
+                                  f"got {float(edges[k])!r} after {float(edges[k - 1])!r}")
         probs = probability_vector(probs, "probs")
         if len(probs) != len(edges) - 1:
             raise ValidationError("probs", f"needs one probability per bucket: "

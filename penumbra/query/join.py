@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import Attr, Call, Compare, Const, Expr, ExprBuilder, Var, check_evaluable, conjuncts, variables_of
+from .ast import Attr, Call, Compare, Const, Expr, ExprBuilder, Var, check_evaluable, conjuncts, unevaluable, variables_of
 from .errors import QueryError
 
 __all__ = ["JOIN_STRATEGIES", "JoinQuery", "JoinBuilder", "Source"]
@@ -89,6 +89,10 @@ class JoinBuilder(ExprBuilder):
                     raise QueryError.at(term, "WINDOW(...) is given twice")
                 window = _window(term, left.var, right.var)
                 continue
+            nested = unevaluable(term)
+            if isinstance(nested, Call) and nested.name.casefold() == "window":
+                raise QueryError.at(nested, f"WINDOW({left.var}, {right.var}) = d is a condition of its own, "
+                                    "joined to the others by AND (not inside OR, NOT or an expression)")
             check_evaluable(term, f" (a join's WHERE holds WINDOW({left.var}, {right.var}) = d, equalities "
                                   f"{left.var}.x = {right.var}.y and conditions on one source)")
             used = variables_of(term)
