@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from penumbra.probability import meets
+
 from .alarms import key_json
 from .archive import day_of, days, files, queries as archived_queries, started
 from .entries import read_match
@@ -452,11 +454,11 @@ class History:
             union = " UNION ALL ".join(parts)
             probs = db.execute(f"SELECT prob FROM ({union})", args).fetchnumpy()["prob"]
             archived = len(probs)
-            matches += [int(np.count_nonzero(probs >= x - 1e-12)) for x in t]
+            matches += [int(np.count_nonzero(meets(probs, x))) for x in t]
             if quiet_ms is None:
                 # no auto-resolve: a key opens once, at its first match at or above t
                 high = db.execute(f'SELECT max(prob) AS high FROM ({union}) GROUP BY "key"', args).fetchnumpy()["high"]
-                alarms += [int(np.count_nonzero(high >= x - 1e-12)) for x in t]
+                alarms += [int(np.count_nonzero(meets(high, x))) for x in t]
             else:
                 frame = f"RANGE BETWEEN {max(0, int(quiet_ms) - 1)} PRECEDING AND 1 PRECEDING"
                 opened = db.execute(
@@ -466,7 +468,7 @@ class History:
                 high, before = opened["high"], opened["before"]
                 # a (key, batch) opens an episode at t when its highest reaches t and no batch of
                 # the key within the quiet time before it does
-                alarms += [int(((high >= x - 1e-12) & (before < x - 1e-12)).sum()) for x in t]
+                alarms += [int((meets(high, x) & ~meets(before, x)).sum()) for x in t]
         if tail:
             db.unregister("live_tail")
         near = self._run(lambda: self._source(query, Filters(filters.period), kind="near"))

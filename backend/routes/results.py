@@ -19,6 +19,7 @@ from contract.entries import read_match, read_observation
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
+from penumbra.probability import meets
 from penumbra.query import parse
 
 from ..deps import QueryDep, ServiceDep, ViewerDep
@@ -164,7 +165,7 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     if near.binned:
         # counts by bin are exact at the bins' edges
         thresholds = sorted({min(1.0, math.ceil(t * 100 - 1e-9) / 100) for t in thresholds})
-    points = [{"threshold": float(t), "matches": float((match_probs >= t).sum()) + near.at_least(t)}
+    points = [{"threshold": float(t), "matches": float(meets(match_probs, t).sum()) + near.at_least(t)}
               for t in thresholds]
     return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(records),
             "since": min(times) if times else None, "until": max(times) if times else None,
@@ -206,8 +207,8 @@ class _NearMisses:
     def at_least(self, threshold: float) -> float:
         """Near misses with probability at least ``threshold`` (a bin counts when its lower
         edge does)."""
-        binned = sum(n for edge, n in self.binned.items() if edge >= threshold - 1e-12)
-        return float(binned + (self.known >= threshold).sum() + (self.sampled >= threshold).sum() * self.scale)
+        binned = sum(n for edge, n in self.binned.items() if meets(edge, threshold))
+        return float(binned + meets(self.known, threshold).sum() + meets(self.sampled, threshold).sum() * self.scale)
 
 
 @router.get("/metrics", response_model=MetricsOut, responses={**errors(401, 403), 200: {"content": {
