@@ -256,6 +256,25 @@ def check_evaluable(expr: Expr, functions: str = "") -> None:
         raise QueryError.at(bad, f"unknown function {bad.name!r}{functions}")
     if bad is not None:
         raise QueryError.at(bad, "a duration is not a value in a condition")
+    valueless = _valueless_constant(expr)
+    if valueless is not None:
+        raise QueryError.at(valueless, "this arithmetic has no value whatever the events say (a string and a number, "
+                            "or a division by zero): the condition could never hold")
+
+
+def _valueless_constant(expr: Expr) -> Expr | None:
+    """The first arithmetic, in reading order, that has no value whatever the events say:
+    of constants alone, or a division by a constant zero."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (BinOp, Unary)) and not attrs_of(node) and evaluate(node, {}) is None:
+            return node
+        if isinstance(node, BinOp) and node.op in ("/", "%") and not attrs_of(node.right) \
+                and _is_number(divisor := evaluate(node.right, {})) and divisor == 0:
+            return node
+        stack.extend(reversed(_children(node)))
+    return None
 
 
 def attrs_of(expr: Expr) -> list[Attr]:

@@ -42,6 +42,8 @@ def test_strategies_keys_and_filters(strategy):
     ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 AND A.x < B.y WITH THRESHOLD 0.5", 1, 51, "equality"),
     ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 AND 1 = 1 WITH THRESHOLD 0.5", 1, 51, "refer to"),
     ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 OR A.k = B.k WITH THRESHOLD 0.5", 1, 30, "joined to the others by AND"),
+    ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 AND A.k = 'x' + 1 WITH THRESHOLD 0.5", 1, 57, "no value"),
+    ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 AND A.k % (2 - 2) > 1 WITH THRESHOLD 0.5", 1, 51, "no value"),
     ("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 5 WITH THRESHOLD 0.5 $", 1, 66, "unexpected character '$'"),
 ])
 def test_errors_point_at_the_text(text, line, column, words):
