@@ -35,9 +35,20 @@ def queue_dead(pipe: redis.client.Pipeline, keys: Keys, letters: Iterable[dict],
     stream capped at about ``maxlen``; how many were queued."""
     count = 0
     for letter in letters:
-        pipe.xadd(keys.dead, letter, maxlen=maxlen, approximate=True)
+        pipe.xadd(keys.dead, {name: _text(value) for name, value in letter.items()}, maxlen=maxlen, approximate=True)
         count += 1
     return count
+
+
+def _text(value):
+    """A letter's field as Redis takes it: text with a lone surrogate (a name sent as the
+    JSON escape ``"\\ud800"``, which UTF-8 cannot carry) keeps it as that escape."""
+    if type(value) is str:
+        try:
+            return value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace")
+    return value
 
 
 def trim_dead(client: redis.Redis, keys: Keys, max_bytes: int) -> int:

@@ -3,8 +3,10 @@
 The valid events of a request go to ``pn:in`` in request order and each rejected one to
 the dead-letter stream ``pn:dead`` (the job's shape: ``kind`` = ``rejected``,
 ``entry``, ``reason``, ``raw``, ``at``; plus ``source`` = ``api``, ``who`` and
-``index``), all in one MULTI/EXEC: either the whole request is kept or nothing is
-(and the answer is 503).
+``index``). The valid events are appended by one script call (all or none: the ingest's
+identities, contract/ingest.py), then the dead letters and counts in one MULTI/EXEC; the
+letters are made before either, so nothing a client sends can fail between the two. A
+Redis that fails answers 503.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ EVENTS_BODY = {"requestBody": {"required": True, "content": {"application/json":
     "oneOf": [_EVENT, {"type": "array", "items": {
         "description": "an event (EventIn); one that is not valid is rejected alone, with its index and reason",
         "example": {"stream": "seismic", "id": "s-17", "ts": {"lo": 100.0, "hi": 120.0}}}}]}}}}}
+
+
+def _raw(item) -> bytes:
+    """What a dead letter keeps of a rejected item: its JSON, or, for one nested deeper than
+    the JSON writers go (some hundreds of levels), a note of it."""
+    try:
+        return encode(item)
+    except RecursionError:
+        return b'"(not kept: nested too deeply)"'
 
 
 def decode_body(body: bytes):
@@ -94,6 +105,10 @@ def _ingest(service: Service, who: Principal, body: bytes, request_id: str | Non
     repeated = sum(1 for fate in fates if isinstance(fate, int))
     valid = [index for index, fate in enumerate(fates) if not isinstance(fate, (int, ValidationError))]
     keys, now = service.keys, time.time()
+    # the rejected items' letters are made before anything is written: what cannot be
+    # written as it came fails nothing
+    letters = {index: rejected_letter(str(error), _raw(items[index]), now, source="api", who=who.label, index=index)
+               for index, error in rejected}
     # each identity once across requests, atomically: a duplicate is skipped, a conflict refused
     found = append_once(service.redis, keys, [identified(fates[i], encode(items[i])) for i in valid],
                         service.settings.identity_horizon)
@@ -106,9 +121,9 @@ def _ingest(service: Service, who: Principal, body: bytes, request_id: str | Non
         rejected = sorted(rejected + conflicts, key=lambda pair: pair[0])
     if rejected or duplicates:
         pipe = service.redis.pipeline(transaction=True)
-        queue_dead(pipe, keys, (rejected_letter(str(error), encode(items[index]), now, source="api",
-                                                who=who.label, index=index) for index, error in rejected),
-                   service.settings.dead_maxlen)
+        queue_dead(pipe, keys, (letters.get(index) or rejected_letter(str(error), encode(items[index]), now,
+                                                                      source="api", who=who.label, index=index)
+                                for index, error in rejected), service.settings.dead_maxlen)
         if rejected:
             pipe.hincrby(keys.counts, "rejected", len(rejected))
         if duplicates:

@@ -325,3 +325,28 @@ def test_rate_limit_per_token(settings, tokens):
         # another token has its own budget
         other = client.post("/api/events", json=[], headers={"Authorization": f"Bearer {tokens['admin']}"})
         assert other.status_code == 202
+
+
+@pytest.mark.parametrize("bad", [
+    '{"stream": "%s", "id": "s1", "ts": {"lo": 0, "hi": 1}, "attrs": {"\\ud800x": 1}}',
+    '{"stream": "%s", "id": "s2", "ts": {"lo": 0, "hi": 1}, "\\ud800": 1}',
+    '{"stream": "%s", "id": "s3", "ts": {"lo": 0, "hi": 1}, "attrs": {"a": ' + "[" * 600 + "1" + "]" * 600 + "}}",
+])
+def test_what_cannot_be_written_as_it_came_is_refused_alone(client, as_role, store, keys, bad):
+    """A lone surrogate in a name, an attribute nested some hundreds deep: the event is
+    rejected with its index and reason (a dead letter), and the valid one before it kept,
+    in the same request; never a 500."""
+    (stream,) = fresh_streams(client, "S")
+    body = "[" + json.dumps(event(stream, 0)) + ", " + bad % stream + "]"
+    ingest_mark, dead_mark = last_id(store, keys.ingest), last_id(store, keys.dead)
+    answer = client.post("/api/events", content=body.encode(),
+                         headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert answer.status_code == 202, answer.text
+    out = answer.json()
+    assert (out["accepted"], out["rejected"]) == (1, 1)
+    assert out["errors"][0]["index"] == 1
+    assert [e["id"] for e in ingested_after(store, keys, ingest_mark)] == ["e-0"]
+    assert len(store.xrange(keys.dead, f"({dead_mark}", "+")) == 1
+    single = client.post("/api/events", content=(bad % stream).encode(),
+                         headers={**as_role("analyst"), "Content-Type": "application/json"})
+    assert single.status_code in (400, 422), single.text
