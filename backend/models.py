@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Probability = Annotated[float, Field(strict=True, gt=0, le=1, allow_inf_nan=False)]
@@ -17,8 +17,22 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A
 Priority = Literal["critical", "warning", "info"]
 AutoResolve = Annotated[float, Field(ge=0, le=525_600, allow_inf_nan=False)]
 QueryId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")]
+#: The last millisecond of year 9999: the ids the system writes are <time in ms>-<n>, and
+#: one beyond it names no time (Redis itself takes up to 2**64 - 1 in each part).
+LAST_MS = 253402300799999
+
+
+def entry_id(value: str) -> str:
+    """An entry id the system could have written: its time at most :data:`LAST_MS`, its
+    sequence below 2**64 (what Redis takes)."""
+    ms, seq = (int(part) for part in value.split("-"))
+    if ms > LAST_MS or seq >= 2 ** 64:
+        raise ValueError(f"{value!r} is not an entry id: <time in ms, at most {LAST_MS}>-<sequence below 2**64>")
+    return value
+
+
 Cursor = Annotated[str, Field(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$", description="a result stream entry id",
-                              examples=["1718000000000-0"])]
+                              examples=["1718000000000-0"]), AfterValidator(entry_id)]
 
 
 class Body(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path
+from pydantic import AfterValidator
 
 from contract.entries import read_match
 from penumbra.errors import ValidationError
@@ -18,14 +19,14 @@ from penumbra.explain import explain
 
 from ..deps import QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError
-from ..models import ExplanationOut
+from ..models import ExplanationOut, entry_id
 from ..records import finite
 from . import errors
 
 router = APIRouter(tags=["results"])
 
 MatchId = Annotated[str, Path(pattern=r"^\d{1,15}-\d{1,15}$", description="the match's id (its cursor)",
-                              examples=["1795554017604-3"])]
+                              examples=["1795554017604-3"]), AfterValidator(entry_id)]
 
 
 @router.get("/queries/{query_id}/matches/{match_id}/explanation", response_model=ExplanationOut,

@@ -28,7 +28,7 @@ from penumbra.query import parse
 
 from ..deps import ServiceDep, ViewerDep
 from ..errors import ApiError
-from ..models import BacktestOut, HistoryPage, HistorySummary, RatesOut
+from ..models import BacktestOut, Cursor, HistoryPage, HistorySummary, RatesOut
 from . import errors
 
 router = APIRouter(tags=["history"])
@@ -84,8 +84,8 @@ def history(who: ViewerDep, query_id: str, entry: HistoryQueryDep, service: Serv
             since: SinceQ = None, until: UntilQ = None, last: LastQ = None, key: KeyQ = None,
             min_prob: MinProbQ = None,
             limit: Annotated[int, Query(ge=1, le=5000, description="matches per page")] = 100,
-            next: Annotated[str | None, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$", description=(
-                "the previous page's next: the page after it"))] = None) -> dict:
+            next: Annotated[Cursor | None, Query(description="the previous page's next: the page after it")] = None
+            ) -> dict:
     """Every match of the period once, oldest first, from the archive and the live tail:
     pass ``next`` until it is null. A page's cursor stays valid while new matches arrive
     (they come after it)."""

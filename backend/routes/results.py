@@ -46,6 +46,8 @@ def list_matches(who: ViewerDep, query_id: str, entry: QueryDep, service: Servic
                  ) -> dict:
     """Pages go back in time: pass the answer's ``next`` as ``before``. To poll for what
     is new, pass the newest cursor seen as ``since``."""
+    if before == "0-0":
+        return {"items": [], "next": None}      # nothing is older (and Redis has no id before it)
     top = f"({before}" if before else "+"
     bottom = f"({since}" if since else "-"
     found = service.redis.xrevrange(service.keys.matches(query_id), top, bottom, count=limit + 1)

@@ -90,3 +90,25 @@ def test_redis_down_is_503_then_recovers(client, as_role, tokens, redis_server):
     patched = client.patch(f"/api/queries/{query['id']}", json={"threshold": 0.8}, headers=as_role("analyst"))
     assert patched.status_code == 200 and patched.json()["threshold"] == 0.8
     assert isinstance(redis.Redis.from_url(redis_server.url).ping(), bool)
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/api/queries/{q}/matches?before=18446744073709551616-0", None),
+    ("GET", "/api/queries/{q}/matches?before=1-18446744073709551616", None),
+    ("GET", "/api/queries/{q}/matches?since=18446744073709551615-18446744073709551615", None),
+    ("GET", "/api/queries/{q}/history?next=18446744073709551616-0", None),
+    ("GET", "/api/queries/{q}/matches/253402300800000-0/explanation", None),
+    ("POST", "/api/queries/{q}/verdicts", {"match": "253402300800000-0", "verdict": "real"}),
+])
+def test_cursors_no_entry_could_have_are_422(client, as_role, join_query, method, path, body):
+    """A cursor beyond the year 9999 or beyond what Redis takes names nothing the system
+    wrote: 422 naming it, not a 500."""
+    answer = client.request(method, path.format(q=join_query[0]), json=body, headers=as_role("analyst"))
+    assert answer.status_code == 422, answer.text
+    assert "not an entry id" in answer.text
+
+
+def test_nothing_is_older_than_the_first_cursor(client, as_role, join_query):
+    answer = client.get(f"/api/queries/{join_query[0]}/matches?before=0-0", headers=as_role("viewer"))
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"items": [], "next": None}
