@@ -95,12 +95,16 @@ class Histogram:
 
     def __init__(self, edges: Sequence[float] | np.ndarray, probs: Sequence[float] | np.ndarray):
         edges = number_array(edges, "edges", min_len=2)
-        steps = np.diff(edges)
+        with np.errstate(over="ignore"):
+            steps = np.diff(edges)
         flat = np.flatnonzero(steps <= 0)
         if flat.size:
             k = flat[0] + 1
             raise ValidationError(f"edges[{k}]", f"edges must be strictly increasing, "
                                   f"got {float(edges[k])!r} after {float(edges[k - 1])!r}")
+        if not np.isfinite(steps).all():
+            raise ValidationError("edges", f"spans more than a float holds: from {float(edges[0])!r} "
+                                           f"to {float(edges[-1])!r}")
         probs = probability_vector(probs, "probs")
         if len(probs) != len(edges) - 1:
             raise ValidationError("probs", f"needs one probability per bucket: "

@@ -14,7 +14,6 @@ with a PUBLISH on ``pn:live``, so live feeds send the new state at once.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated
 
@@ -28,6 +27,7 @@ from ..errors import ApiError
 from ..models import AlarmList, AlarmOut, ResolveIn, SilenceIn
 from ..records import alarm_views
 from . import errors
+from .history import key_value
 from .verdicts import record_verdict
 
 router = APIRouter(prefix="/alarms", tags=["alarms"])
@@ -41,7 +41,7 @@ def _key_filter(raw: str | None) -> dict | None | str:
     if raw is None:
         return "any"
     try:
-        wanted = json.loads(raw)
+        wanted = key_value(raw)
     except ValueError:
         wanted = raw
     if wanted is not None and not isinstance(wanted, dict):

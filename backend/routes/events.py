@@ -145,7 +145,7 @@ def _ingest(service: Service, who: Principal, body: bytes, request_id: str | Non
             "errors": errors_out}
 
 
-@router.post("", status_code=202, response_model=IngestOut, responses=errors(401, 403, 429),
+@router.post("", status_code=202, response_model=IngestOut, responses=errors(401, 403, 409, 429),
              openapi_extra=EVENTS_BODY, summary="Post one event or a list of events")
 async def post_events(request: Request, who: AnalystDep, service: ServiceDep) -> dict:
     """One event object or a list of them (DESIGN.md's event shape), at most

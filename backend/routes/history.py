@@ -58,6 +58,18 @@ def history_query(service: ServiceDep, query_id: str) -> dict:
 HistoryQueryDep = Annotated[dict, Depends(history_query)]
 
 
+def key_value(raw: str):
+    """A ``key`` filter's JSON, strictly: NaN, infinities and numbers too large for a
+    float are errors (ValueError), as in every body."""
+    def refuse(name):
+        raise ValueError(f"{name} is not allowed")
+
+    value = json.loads(raw, parse_constant=refuse)
+    if isinstance(value, dict) and any(isinstance(v, float) and not math.isfinite(v) for v in value.values()):
+        raise ValueError("numbers must be finite")
+    return value
+
+
 def filters_of(since: str | None, until: str | None, last: str | None, key: str | None,
                min_prob: float | None) -> tuple[Filters, int]:
     """The request's filters, and now in milliseconds."""
@@ -70,7 +82,7 @@ def filters_of(since: str | None, until: str | None, last: str | None, key: str 
     wanted = None
     if key is not None:
         try:
-            wanted = json.loads(key)
+            wanted = key_value(key)
         except ValueError:
             wanted = None
         if not isinstance(wanted, dict):

@@ -61,7 +61,11 @@ def list_streams(who: AnalystDep, service: ServiceDep) -> dict:
 @router.get("/{name}", response_model=StreamOut, responses=errors(401, 403, 404),
             summary="Read a stream's parameters")
 def get_stream(who: AnalystDep, name: StreamName, service: ServiceDep) -> dict:
-    params = service.snapshot()[2].get(name)
-    if params is None:
+    """Stream names compare case-insensitively (as in events and queries): the stream is
+    answered under the name it was registered with."""
+    streams = service.snapshot()[2]
+    found = name if name in streams else next((n for n in streams if n.casefold() == name.casefold()), None)
+    if found is None:
         raise ApiError(404, f"no parameters registered for stream {name!r}", field="name")
-    return {"name": name, "params": params, **seen_sources(service.redis, service.keys, [name]).get(name.casefold(), {})}
+    return {"name": found, "params": streams[found],
+            **seen_sources(service.redis, service.keys, [found]).get(found.casefold(), {})}

@@ -75,6 +75,10 @@ LEARN_EVERY = 1024
 #: order, so every event meets the same tables however the input is cut into blocks.
 LEARN_CHECK_EVERY = 8192
 
+#: The largest time on the grid: beyond it a float no longer holds every integer (nor, from
+#: 2**63, does the int64 the queues keep).
+_GRID_LIMIT = 2.0 ** 53
+
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
           "held_events", "held_streams", "anchors", "clock", "seen", "processed", "sequence", "totals", "key_codes",
@@ -388,7 +392,7 @@ class LossyOperator(MatchGeneration, Operator):
         else:
             times = np.array([ts.lo if type(ts) is Interval and ts.lo == ts.hi else math.nan for ts in stamps],
                              dtype=float)
-        bad = ~(times % 1 == 0) | (times < self.clock)
+        bad = ~(times % 1 == 0) | (times < self.clock) | (np.abs(times) > _GRID_LIMIT)
         if bad.any():
             for n in np.flatnonzero(bad).tolist():
                 self._late(events[n], self._why_late(times[n]), out)
@@ -417,6 +421,8 @@ class LossyOperator(MatchGeneration, Operator):
             return "lossy CEP needs a precise timestamp {\"lo\": t, \"hi\": t}"
         if t % 1:
             return f"time {t:g} is not on the unit grid of the query (integer times)"
+        if abs(t) > _GRID_LIMIT:
+            return f"time {t:g} is beyond the grid's exact range (|t| <= 2**53)"
         return f"out of order: time {t:g} is before {self.clock:g}, already processed"
 
     def _late(self, event: Event, reason: str, out: BlockResult) -> None:

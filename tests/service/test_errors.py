@@ -112,3 +112,24 @@ def test_nothing_is_older_than_the_first_cursor(client, as_role, join_query):
     answer = client.get(f"/api/queries/{join_query[0]}/matches?before=0-0", headers=as_role("viewer"))
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"items": [], "next": None}
+
+
+@pytest.mark.parametrize("key", ['{"a":NaN}', '{"a":Infinity}', '{"a":1e400}'])
+def test_a_key_filter_with_a_value_json_cannot_carry_is_422(client, as_role, join_query, key):
+    for path in ("/api/alarms", f"/api/queries/{join_query[0]}/history"):
+        answer = client.get(path, params={"key": key}, headers=as_role("viewer"))
+        assert answer.status_code == 422, (path, answer.text)
+
+
+def test_a_stream_is_read_under_any_case_of_its_name(client, as_role):
+    (name,) = fresh_streams(client, "Case")
+    answer = client.get(f"/api/streams/{name.upper()}", headers=as_role("analyst"))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["name"] == name
+
+
+def test_a_template_wider_than_a_float_is_refused(client, as_role):
+    answer = client.put("/api/streams/wide", json={"templates": {"t": {"edges": [-1e308, 1e308], "probs": [1]}}},
+                        headers=as_role("admin"))
+    assert answer.status_code == 422, answer.text
+    assert "spans more than a float holds" in answer.text

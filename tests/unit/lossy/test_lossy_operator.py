@@ -303,3 +303,18 @@ def test_a_hash_key_of_true_is_not_one():
               parse_event({"stream": "c", "id": "z1", "ts": {"lo": 4, "hi": 4}, "attrs": {"tag": 1}}),
               parse_event({"stream": "c", "id": "z2", "ts": {"lo": 5, "hi": 5}, "attrs": {"tag": True}})]
     assert [m.events for m in op.feed(events).matches + op.flush().matches] == [{"x": "x1", "z": "z2"}]
+
+
+def test_times_beyond_the_grids_exact_range_are_not_processed():
+    """1e19 is past 2**63 (and 2**53): such events are returned with their reason, and the
+    match of the events before them stays."""
+    op = build_operator(parse("SEQUENCE(A x, C z) WITHIN 100 THRESHOLD 0.5"), parse_streams({}))
+    events = [parse_event({"stream": "a", "id": "x1", "ts": {"lo": 10, "hi": 10}}),
+              parse_event({"stream": "c", "id": "z1", "ts": {"lo": 20, "hi": 20}}),
+              parse_event({"stream": "a", "id": "x2", "ts": {"lo": 1e19, "hi": 1e19}}),
+              parse_event({"stream": "c", "id": "z2", "ts": {"lo": 1e19, "hi": 1e19}})]
+    result = op.feed(events)
+    matches = result.matches + op.flush().matches
+    assert [m.events for m in matches] == [{"x": "x1", "z": "z1"}]
+    assert sorted(late.event.id for late in result.late) == ["x2", "z2"]
+    assert all("exact range" in late.reason for late in result.late)
