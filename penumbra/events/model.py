@@ -81,6 +81,29 @@ _PLAIN_NUMBERS = (int, float)
 _LARGEST = sys.float_info.max
 #: orjson reads an integer literal beyond 64 bits as a float of this magnitude or more.
 _WIDEST_INTEGER = float(2 ** 63)
+#: Per template (by identity, the template kept with it): the detection times up to which
+#: ``phi + t - max(phi)`` surely keeps its buckets apart.
+_REACH: dict[int, tuple[Histogram, float]] = {}
+
+
+def _template_reach(phi: Histogram) -> float:
+    """The largest ``|t|`` surely safe to resolve ``phi`` at: below it a float's spacing
+    stays under half the narrowest bucket (past it the edges are checked one by one)."""
+    found = _REACH.get(id(phi))
+    if found is None or found[0] is not phi:
+        if len(_REACH) > 4096:
+            _REACH.clear()
+        found = _REACH[id(phi)] = (phi, float(np.diff(phi.edges).min()) * 2.0 ** 51 - phi.length)
+    return found[1]
+
+
+def _resolved(phi: Histogram, name: str, detected: float) -> Histogram:
+    """``phi + t - max(phi)``, or why not: at a detection time so large that its buckets
+    would collapse into one value."""
+    if abs(detected) > _template_reach(phi) and not (np.diff(phi.edges + (detected - phi.hi)) > 0).all():
+        raise ValidationError("detected", f"{detected!r} is too large for template {name!r}: its buckets "
+                                          "would collapse into one time")
+    return Histogram.from_template(phi, detected)
 
 
 def _plain_interval(value: Any) -> Interval | None:
@@ -119,7 +142,7 @@ def _timestamp(value: Any, stream: str, streams: Streams | Mapping[str, StreamPa
                 raise ValidationError("template", f"unknown template {name!r} for stream "
                                       f"{where!r} (known: {known})")
             detected = finite_number(ts["detected"], "detected")
-            return Histogram.from_template(templates[name], detected), name, detected
+            return _resolved(templates[name], name, detected), name, detected
     except ValidationError as error:
         raise error.within("ts") from None
     raise ValidationError("ts", "must be one of {lo, hi[, pmf]}, {edges, probs} or "
@@ -208,7 +231,7 @@ def _plain_template(value: Any, stream: str, streams: Any) -> tuple[Histogram, s
         if type(detected) in _PLAIN_NUMBERS and -_LARGEST <= detected <= _LARGEST and type(name) is str:
             params = streams._by_key.get(stream.casefold())
             template = params.templates.get(name) if params is not None else None
-            if template is not None:
+            if template is not None and abs(detected) <= _template_reach(template):
                 return template, name, float(detected)
     return None
 

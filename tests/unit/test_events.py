@@ -591,3 +591,18 @@ def test_a_request_body_reads_as_the_strict_reader_reads_it(body):
 
     assert all(repr(scalars(g.get("attrs"))) == repr(scalars(e.get("attrs"))) for g, e in items), \
         "scalar attributes exactly as json reads them"
+
+
+def test_a_detection_time_that_would_collapse_its_template_is_refused():
+    """phi + t - max(phi) at t = 1e18: a float's spacing there (128) is wider than the
+    template's buckets, so its edges would become one time; epoch seconds are fine."""
+    from penumbra.events.columns import EventColumns
+
+    streams = parse_streams({"seismic": {"templates": {"s1": {"edges": [0, 20, 30, 40], "probs": [0.1, 0.3, 0.6]}}}})
+    far = {"stream": "seismic", "id": "h", "ts": {"detected": 1e18, "template": "s1"}}
+    with pytest.raises(ValidationError, match="too large for template 's1'") as error:
+        parse_event(far, streams)
+    assert error.value.field == "ts.detected"
+    assert EventColumns.parse([json.dumps(far).encode()], streams)[2][0][1].field == "ts.detected"
+    near = parse_event({**far, "ts": {"detected": 1.7e9, "template": "s1"}}, streams)
+    assert near.ts.edges.tolist() == [1.7e9 - 40, 1.7e9 - 20, 1.7e9 - 10, 1.7e9]
