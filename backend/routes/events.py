@@ -105,10 +105,12 @@ def _ingest(service: Service, who: Principal, body: bytes, request_id: str | Non
     repeated = sum(1 for fate in fates if isinstance(fate, int))
     valid = [index for index, fate in enumerate(fates) if not isinstance(fate, (int, ValidationError))]
     keys, now = service.keys, time.time()
+    def letter(index: int, error: ValidationError) -> dict:
+        return rejected_letter(str(error), _raw(items[index]), now, source="api", who=who.label, index=index)
+
     # the rejected items' letters are made before anything is written: what cannot be
     # written as it came fails nothing
-    letters = {index: rejected_letter(str(error), _raw(items[index]), now, source="api", who=who.label, index=index)
-               for index, error in rejected}
+    letters = {index: letter(index, error) for index, error in rejected}
     # each identity once across requests, atomically: a duplicate is skipped, a conflict refused
     found = append_once(service.redis, keys, [identified(fates[i], encode(items[i])) for i in valid],
                         service.settings.identity_horizon)
@@ -118,12 +120,11 @@ def _ingest(service: Service, who: Principal, body: bytes, request_id: str | Non
     conflicts = [(index, ValidationError("id", CONFLICT_REASON)) for index, entry in zip(valid, found)
                  if entry == CONFLICT]
     if conflicts:
+        letters.update((index, letter(index, error)) for index, error in conflicts)
         rejected = sorted(rejected + conflicts, key=lambda pair: pair[0])
     if rejected or duplicates:
         pipe = service.redis.pipeline(transaction=True)
-        queue_dead(pipe, keys, (letters.get(index) or rejected_letter(str(error), encode(items[index]), now,
-                                                                      source="api", who=who.label, index=index)
-                                for index, error in rejected), service.settings.dead_maxlen)
+        queue_dead(pipe, keys, (letters[index] for index, _ in rejected), service.settings.dead_maxlen)
         if rejected:
             pipe.hincrby(keys.counts, "rejected", len(rejected))
         if duplicates:
