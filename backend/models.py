@@ -259,7 +259,9 @@ class ExplanationOut(BaseModel):
         "pattern, skip till next match: the factor that no other qualifying event fell in between"))
     note: str | None = None
     factors: list[dict[str, Any]] | None = Field(None, description=(
-        "sequence: one factor per run of unobserved components: after, before, components, gap, score"))
+        "sequence: one factor per run of unobserved components: after, before, components, gap, score; "
+        "over imprecise timestamps one factor, the sum over the worlds, with gap null and worlds (the "
+        "combinations of instants summed)"))
     missed: list[dict[str, Any]] | None = Field(None, description="sequence: positive components not observed")
     product: float | None = Field(None, description="sequence: the factors' product (the probability)")
 

@@ -61,6 +61,15 @@ def steady(visits: int, rate: float, seed: int = 2) -> list[Event]:
     return lifecycles(visits, starts, np.arange(visits), rng)
 
 
+def imprecise(events: list[Event], share: float, width: int, seed: int = 3) -> list[Event]:
+    """The same reads, a ``share`` of them known only to ``width + 1`` instants from their
+    time on (uniform), in time order of their first instant."""
+    rng = np.random.default_rng(seed)
+    spread = rng.random(len(events)) < share
+    return [Event(e.stream, e.id, Interval(e.ts.lo, e.ts.lo + width), e.attrs) if wide else e
+            for e, wide in zip(events, spread.tolist())]
+
+
 def streams(miss: float) -> Streams:
     """Stream parameters: every reader misses with probability ``miss``."""
     return parse_streams({reader: {"miss_prob": miss} for reader in ("shelf", "counter", "exit")})

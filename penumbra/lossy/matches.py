@@ -187,6 +187,8 @@ class MatchGeneration:
         clauses is reported once."""
         score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
         paths = replace(paths, score=score).take(meets(score, self.threshold))
+        if self.vague_seen:
+            paths = self._route(paths)
         identities = None
         if len(self.plans) > 1:
             identities = [tuple((s, paths.events[s][n].id) for s in paths.states) for n in range(len(paths))]
@@ -227,6 +229,9 @@ class MatchGeneration:
         while self.pending and self.pending[0][0] <= until:
             # (a match left waiting by a state written before factors were kept has none saved)
             deadline, _, key, t_last, score, path, clauses, *saved = heapq.heappop(self.pending)
+            if self.vague_seen and self._trailing_vague(key, path, deadline):
+                self._evaluate({s: event for s, (_, event) in path.items()}, key, out)
+                continue
             trailing = float(self.trailing[deadline - t_last])
             score *= trailing
             if not meets(score, self.threshold):
@@ -242,6 +247,7 @@ class MatchGeneration:
                         deadline - t_last, trailing)]
                     self._emit_path(path, score, out, factors)
                     break
+        self._release_worlds(until, out)
 
     def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:
         path = {s: (int(paths.times[s][n]), paths.events[s][n]) for s in paths.states}
@@ -283,8 +289,9 @@ class MatchGeneration:
                 path[present[0]][1].attrs.get(self.key_of[self.positives[present[0]]])}
 
     def _emit_path(self, path: dict[int, tuple[int, Event]], score: float, out: BlockResult,
-                   factors: list[dict[str, Any]]) -> None:
-        """Report a match (its observed events, in the query's order) and learn its gaps."""
+                   factors: list[dict[str, Any]], learn: bool = True) -> None:
+        """Report a match (its observed events, in the query's order) and learn its gaps
+        (``learn``: they are known)."""
         observed = sorted(path)
         out.matches.append(Match({self.state_vars[s]: path[s][1].id for s in observed}, score,
                                  key=self._match_key(path),
@@ -292,7 +299,7 @@ class MatchGeneration:
                                  records={self.state_vars[s]: event_to_json(path[s][1]) for s in observed},
                                  factors=[f for f in factors if f["components"]]))
         self.totals["matches"] += 1
-        for s in range(1, len(self.positives)):
+        for s in range(1, len(self.positives) if learn else 0):
             var = self.state_vars[s]
             if s in path and s - 1 in path and var in self.learned:
                 self.gap_samples[var].append(path[s][0] - path[s - 1][0])

@@ -1,9 +1,10 @@
 """The probabilistic model of AYAC (section 3) on the unit time grid.
 
-Time is discrete (precise timestamps on the grid of unit 1). A gap density f_i is a
-probability mass function over the integer gaps d = 1, 2, ..., W - 1 between component
-e_i and the positive component before it (the Markov property of section 3), stored as
-an array ``pmf`` indexed by d = 0..W with ``pmf[0] = 0``. Components of one complex
+Time is discrete (instants on the grid of unit 1; imprecise timestamps are summed over
+their possible worlds in :mod:`.worlds`). A gap density f_i is a probability mass
+function over the integer gaps d = 1, 2, ..., W - 1 between component e_i and the
+positive component before it (the Markov property of section 3), stored as an array
+``pmf`` indexed by d = 0..W with ``pmf[0] = 0``. Components of one complex
 event are strictly ordered in time, so "e_i happens between e_{i-1} and e_{i+1}, T
 apart" means its gap is below T, and the cumulative function the paper calls F_i(T) is
 

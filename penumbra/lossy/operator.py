@@ -30,11 +30,13 @@ when one attribute of every positive component is tied by ``=`` in every clause,
 entries of each state are segmented by key value, and so are those of every negative
 tied to that key (see :mod:`.plan` and :mod:`.queues`).
 
-Input: precise timestamps ``{"lo": t, "hi": t}`` on the unit grid, processed in
+Input: timestamps ``{"lo": a, "hi": b[, "pmf": ...]}`` on the unit grid, processed in
 increasing time. A block may come in any order: it is sorted, and events are held
 until they are older than the largest stream max delay D (the external buffer of
-section 2.1). An event older than one already processed is reported as ``Late``, and
-so is an imprecise timestamp.
+section 2.1). An imprecise timestamp (a < b) is read as its instants a..b, uniform or
+weighted by its pmf, and a match it touches gets its probability over the possible
+worlds (:mod:`.worlds`). An event whose first instant is older than one already
+processed is reported as ``Late``, and so are histogram timestamps and off-grid times.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from .model import GapHistogram, RunComponent, gap_pmf, run_score
 from .matches import MatchGeneration
 from .plan import check_defaults, clause_plan, key_attributes, run_negatives
 from .queues import NO_KEY, Queue
+from .worlds import PossibleWorlds, Vague, reading
 
 __all__ = ["LEARN_CHECK_EVERY", "LEARN_EVERY", "LossyOperator"]
 
@@ -82,7 +85,7 @@ _GRID_LIMIT = 2.0 ** 53
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
           "held_events", "held_streams", "anchors", "clock", "seen", "processed", "sequence", "totals", "key_codes",
-          "next_code", "live_codes", "key_group")
+          "next_code", "live_codes", "key_group", "held_parts", "vague", "vague_seen", "worlds")
 
 
 class _StatePickler(pickle.Pickler):
@@ -98,7 +101,7 @@ def _read_only(attrs: dict) -> MappingProxyType:
     return MappingProxyType(attrs)
 
 
-class LossyOperator(MatchGeneration, Operator):
+class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
     """Evaluates one ``SEQUENCE`` query (AYAC) over a lossy stream.
 
     ``gaps`` optionally fixes gap densities f_i (a pmf over gaps 0..W, ``pmf[0] = 0``)
@@ -218,6 +221,13 @@ class LossyOperator(MatchGeneration, Operator):
         self.held_times: list[int] = []     # the reorder buffer: held events in time order
         self.held_events: list[Event] = []
         self.held_streams: list[int] = []
+        # 0: a precise event; an imprecise one is held once per instant of its support,
+        # 1 at its first instant (where it joins its negatives' kept events), 2 after
+        self.held_parts: list[int] = []
+        self.vague = {k: Vague() for k, c in enumerate(components) if c.negated}
+        self.vague_seen = False             # whether an imprecise event was ever processed
+        self.worlds: list = []              # matches waiting to be evaluated over worlds (a heap)
+        self.worlds_due: set = set()
         self.clock = -math.inf              # time of the last event processed
         self.seen = -math.inf               # largest time seen
         self.processed = 0                  # events run through the NFA
@@ -270,7 +280,7 @@ class LossyOperator(MatchGeneration, Operator):
     def counters(self) -> dict[str, int | float]:
         return {**self.totals, "paq_entries": sum(len(q) for q in self.paqs),
                 "naq_entries": sum(len(q) for qs in self.naqs.values() for q in qs),
-                "pending": len(self.pending), "held": len(self.held_times)}
+                "pending": len(self.pending) + len(self.worlds), "held": len(self.held_times)}
 
     def feed(self, events: Sequence[Event]) -> BlockResult:
         out = BlockResult()
@@ -310,8 +320,8 @@ class LossyOperator(MatchGeneration, Operator):
     def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
         """The largest precise time on the grid among the events of the query's streams
         (late ones lie behind the time already processed, so the figure needs no state)."""
-        times = [e.ts.lo for e in events if type(e.ts) is Interval and e.ts.lo == e.ts.hi and e.ts.lo % 1 == 0
-                 and self._stream(e.stream) >= 0]
+        times = [first for e in events if self._stream(e.stream) >= 0
+                 and (first := self._first_instant(e.ts)) is not None]
         return {"seen": float(max(times))} if times else {}
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
@@ -334,7 +344,8 @@ class LossyOperator(MatchGeneration, Operator):
 
     def wake(self) -> dict[str, float]:
         """The time seen at which a held event is released, or a waiting match's window closes."""
-        due = min(self.held_times[:1] + [item[0] for item in self.pending[:1]], default=math.inf)
+        due = min(self.held_times[:1] + [item[0] for item in self.pending[:1]] + [item[0] for item in self.worlds[:1]],
+                  default=math.inf)
         return {"seen": due + self.max_delay - 0.5} if due < math.inf else {}
 
     def snapshot(self) -> bytes:
@@ -353,6 +364,9 @@ class LossyOperator(MatchGeneration, Operator):
         operator = cls.__new__(cls)
         operator._setup(*config)
         operator.__dict__.update(state)
+        if len(operator.held_parts) != len(operator.held_times):       # a state from before imprecise times
+            operator.held_parts = [0] * len(operator.held_times)
+        operator.worlds_due = {item[4] for item in operator.worlds}
         operator._refresh_tables()
         return operator
 
@@ -361,7 +375,8 @@ class LossyOperator(MatchGeneration, Operator):
         return sum(len(queue.keys()) for queue in self._queues())
 
     def _queues(self) -> list[Queue]:
-        return [*self.paqs, *(queue for queues in self.naqs.values() for queue in queues), *self.anchors.values()]
+        return [*self.paqs, *(queue for queues in self.naqs.values() for queue in queues), *self.anchors.values(),
+                *self.vague.values()]
 
     # --- input ------------------------------------------------------------------------------
 
@@ -372,9 +387,9 @@ class LossyOperator(MatchGeneration, Operator):
         return index
 
     def _admit(self, events: Sequence[Event], out: BlockResult) -> None:
-        """Hold, in time order, the events of the query's streams that have a precise
-        timestamp on the grid not older than the last one processed (the external
-        buffer of section 2.1, released after the streams' max delay D)."""
+        """Hold, in time order, the events of the query's streams whose timestamp is on the
+        grid and not older than the last time processed (the external buffer of section
+        2.1, released after the streams' max delay D); an imprecise one once per instant."""
         self.totals["events"] += len(events)
         names = list(map(_STREAM, events))
         streams = list(map(self.stream_of.get, names))
@@ -393,32 +408,95 @@ class LossyOperator(MatchGeneration, Operator):
             times = np.array([ts.lo if type(ts) is Interval and ts.lo == ts.hi else math.nan for ts in stamps],
                              dtype=float)
         bad = ~(times % 1 == 0) | (times < self.clock) | (np.abs(times) > _GRID_LIMIT)
+        spread: dict[int, np.ndarray] = {}          # row -> the instants of an imprecise timestamp
         if bad.any():
             for n in np.flatnonzero(bad).tolist():
-                self._late(events[n], self._why_late(times[n]), out)
+                reason = self._why_late(times[n]) if not math.isnan(times[n]) else self._spread(stamps[n], spread, n)
+                if reason:
+                    self._late(events[n], reason, out)
+                else:
+                    bad[n] = False
             keep = (~bad).tolist()
+            if spread:
+                rows = np.cumsum(keep) - 1
+                spread = {int(rows[n]): instants for n, instants in spread.items()}
             events = list(itertools.compress(events, keep))
             streams = list(itertools.compress(streams, keep))
             times = times[~bad]
         if not events:
             return
+        parts = None
+        if spread:
+            # an imprecise event: one entry per instant of its support
+            counts = np.ones(len(events), np.int64)
+            for n, instants in spread.items():
+                counts[n] = len(instants)
+            rows = np.repeat(np.arange(len(events)), counts)
+            times = np.repeat(times, counts)
+            parts = np.zeros(len(rows), np.int64)
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            for n, instants in spread.items():
+                times[starts[n]:starts[n] + len(instants)] = instants
+                parts[starts[n]] = 1
+                parts[starts[n] + 1:starts[n] + len(instants)] = 2
+            events = [events[n] for n in rows.tolist()]
+            streams = [streams[n] for n in rows.tolist()]
+            self.seen = max(self.seen, int(max(instants[0] for instants in spread.values())))
+            certain = parts == 0
+            if certain.any():
+                self.seen = max(self.seen, int(times[certain].max()))
+            parts = parts.tolist()
         times = times.astype(np.int64)
-        self.seen = max(self.seen, int(times.max()))
+        if parts is None:
+            self.seen = max(self.seen, int(times.max()))
+            parts = [0] * len(times)
         if len(times) > 1 and not (np.diff(times) >= 0).all() or (self.held_times and self.held_times[-1] > times[0]):
             times = np.concatenate((np.asarray(self.held_times, dtype=np.int64), times))
             order = np.argsort(times, kind="stable").tolist()
             events, streams = self.held_events + list(events), self.held_streams + streams
+            parts = self.held_parts + parts
             self.held_events = [events[n] for n in order]
             self.held_streams = [streams[n] for n in order]
+            self.held_parts = [parts[n] for n in order]
             self.held_times = times[order].tolist()
         else:
             self.held_times += times.tolist()
             self.held_events += events
             self.held_streams += streams
+            self.held_parts += parts
+
+    def _spread(self, ts, spread: dict[int, np.ndarray], n: int) -> str | None:
+        """Read an imprecise timestamp on the grid into ``spread[n]``, or say why it cannot be."""
+        if type(ts) is not Interval:
+            return "lossy CEP reads an interval {\"lo\": a, \"hi\": b[, \"pmf\": ...]} on its grid, " \
+                   "not a histogram timestamp"
+        for bound in (ts.lo, ts.hi):
+            if bound % 1:
+                return f"time {bound:g} is not on the unit grid of the query (integer times)"
+            if abs(bound) > _GRID_LIMIT:
+                return f"time {bound:g} is beyond the grid's exact range (|t| <= 2**53)"
+        try:
+            instants, _ = reading(ts)
+        except ValidationError as error:
+            return str(error)
+        if instants[0] < self.clock:
+            return f"out of order: its first instant {int(instants[0])} is before {self.clock:g}, already processed"
+        spread[n] = instants
+        return None
+
+    @staticmethod
+    def _first_instant(ts) -> int | None:
+        """The first instant of a timestamp the operator reads (None for one it reports late)."""
+        if type(ts) is not Interval or ts.lo % 1 or ts.hi % 1 or max(abs(ts.lo), abs(ts.hi)) > _GRID_LIMIT:
+            return None
+        if ts.lo == ts.hi or ts.pmf is None:
+            return int(ts.lo)
+        try:
+            return int(reading(ts)[0][0])
+        except ValidationError:
+            return None
 
     def _why_late(self, t: float) -> str:
-        if math.isnan(t):
-            return "lossy CEP needs a precise timestamp {\"lo\": t, \"hi\": t}"
         if t % 1:
             return f"time {t:g} is not on the unit grid of the query (integer times)"
         if abs(t) > _GRID_LIMIT:
@@ -433,7 +511,7 @@ class LossyOperator(MatchGeneration, Operator):
         """Observations for the dashboard: the totals and the size of the state (queued
         entries, waiting matches, held events)."""
         out.observations.update(self.totals, queue_entries=sum(len(queue) for queue in self._queues()),
-                                pending=len(self.pending),
+                                pending=len(self.pending) + len(self.worlds),
                                 held=len(self.held_times),
                                 clock=self.clock if math.isfinite(self.clock) else None)
 
@@ -448,22 +526,28 @@ class LossyOperator(MatchGeneration, Operator):
         events = np.empty(count, object)
         events[:] = self.held_events[:count]
         streams = np.asarray(self.held_streams[:count], dtype=np.int64)
-        del self.held_times[:count], self.held_events[:count], self.held_streams[:count]
+        parts = np.asarray(self.held_parts[:count], dtype=np.int64)
+        del self.held_times[:count], self.held_events[:count], self.held_streams[:count], self.held_parts[:count]
         start = 0
         while start < count:
             stop = min(count, start + LEARN_CHECK_EVERY - self.processed % LEARN_CHECK_EVERY) \
                 if self.learned else count
-            self._chunk(times[start:stop], events[start:stop], streams[start:stop], out)
+            self._chunk(times[start:stop], events[start:stop], streams[start:stop], parts[start:stop], out)
             self.processed += stop - start
             if self.learned and self.processed % LEARN_CHECK_EVERY == 0 \
                     and self.sample_count >= max(LEARN_EVERY, self.window // 4):
                 self._learn()
             start = stop
 
-    def _chunk(self, times: np.ndarray, events: np.ndarray, streams: np.ndarray, out: BlockResult) -> None:
+    def _chunk(self, times: np.ndarray, events: np.ndarray, streams: np.ndarray, parts: np.ndarray,
+               out: BlockResult) -> None:
         """One chunk through the NFA: NAQ pushes, then each state's arrivals in order
         (bounds, threshold pruning, PAQ pushes; match generation at the last state);
-        then the waiting matches whose window closed, and queue compaction."""
+        then the waiting matches whose window closed, and queue compaction. An imprecise
+        event comes once per instant (``parts`` 1 at its first, 2 after; 0 for a precise
+        one): a negative component keeps it whole, from its first instant."""
+        vague = bool(parts.any())
+        self.vague_seen |= vague
         codes: dict[str, np.ndarray] = {}
         selected = []
         for k, component in enumerate(self.query.components):
@@ -484,6 +568,13 @@ class LossyOperator(MatchGeneration, Operator):
             selected.append((rows[usable], key[usable], mask[usable]))
         for k, queues in self.naqs.items():
             rows, key, mask = selected[k]
+            if vague and len(rows):
+                kind = parts[rows]
+                for n in np.flatnonzero(kind == 1).tolist():
+                    event = events[rows[n]]
+                    instants = reading(event.ts)[0]
+                    self.vague[k].push(int(instants[0]), int(instants[-1]), int(key[n]), int(mask[n]), event)
+                rows, key, mask = rows[kind == 0], key[kind == 0], mask[kind == 0]
             for bit, queue in enumerate(queues if len(rows) else ()):
                 has = (mask >> bit & 1).astype(bool)
                 queue.push(times[rows[has]], key[has], events[rows[has]])
@@ -494,7 +585,8 @@ class LossyOperator(MatchGeneration, Operator):
                 continue
             t = times[rows]
             if state in self.anchors:
-                self.anchors[state].push(t, key, events[rows])
+                precise = parts[rows] == 0 if vague else slice(None)
+                self.anchors[state].push(t[precise], key[precise], events[rows[precise]])
             bound = self._bounds(state, t, key)
             keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
@@ -505,13 +597,19 @@ class LossyOperator(MatchGeneration, Operator):
                 self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], out)
         for k, state in self.anchor_of.items():
             rows, key, _ = selected[k]
+            if vague:       # an imprecise negative's gap is not known
+                rows, key = rows[parts[rows] == 0], key[parts[rows] == 0]
             if not len(rows):
                 continue
             anchors = self.anchors[state] if state in self.anchors else self.paqs[0]
             t = times[rows]
             start, stop = anchors.find(key, t - self.window, t)
             found = start < stop
-            self._sample(self.query.components[k].var, t[found] - anchors.t[anchors.order[stop[found] - 1]])
+            newest = anchors.order[stop[found] - 1]
+            gaps = t[found] - anchors.t[newest]
+            if self.vague_seen:     # the newest anchor imprecise: the gap is not known
+                gaps = gaps[np.fromiter((e.ts.lo == e.ts.hi for e in anchors.event[newest]), bool, len(newest))]
+            self._sample(self.query.components[k].var, gaps)
         if len(times):
             self.clock = int(times[-1])
             self._release(self.clock, out)
@@ -593,6 +691,8 @@ class LossyOperator(MatchGeneration, Operator):
         horizon = math.floor(now) - self.window
         if self.pending:
             horizon = min(horizon, min(item[3] for item in self.pending))
+        if self.worlds:
+            horizon = min(horizon, min(item[3] for item in self.worlds))
         return horizon
 
     def _compact(self) -> None:
@@ -608,7 +708,7 @@ class LossyOperator(MatchGeneration, Operator):
 
     def _forget_keys(self) -> None:
         """Drop the codes of hash-key values with no queued entry and no waiting match."""
-        live = {item[2] for item in self.pending}
+        live = {item[2] for item in self.pending} | {item[2] for item in self.worlds}
         for queue in self._queues():
             live.update(queue.keys().tolist())
         self.key_codes = {value: code for value, code in self.key_codes.items() if code in live}

@@ -89,7 +89,8 @@ def test_pattern_point_method(pipeline):
 
 
 def test_lossy_hashed_and_learning(pipeline):
-    streams, events = store_events(41, visits=700)
+    """A third of the reads imprecise (2-4 instants): matches they touch are summed over worlds."""
+    streams, events = store_events(41, visits=700, imprecise=0.3)
     hashed = ("SEQUENCE(Shelf x, !Counter y, !Sweep w, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
               "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
     learning = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag WITHIN 90 THRESHOLD 0.3"

@@ -217,3 +217,20 @@ def test_a_lossy_explanation_takes_the_probability_apart_by_runs():
         else:
             assert [c["var"] for c in factor["components"]] == ["y", "z"]
             assert got["missed"] == [{"var": "y", "stream": "B", "miss_prob": 0.2}]
+
+
+def test_a_lossy_match_over_imprecise_times_is_explained_by_its_worlds():
+    """The exit happened at 3, 4 or 5 (uniform), the shelf read at 1 or 2; W = 4, so the
+    combinations in order and within the window are (1, 3), (1, 4), (2, 3), (2, 4), (2, 5):
+    the one factor is their sum, with their count."""
+    text = "SEQUENCE(A x, C z) WHERE x.tag = z.tag WITHIN 4 THRESHOLD 0.01"
+    streams = parse_streams({})
+    events = [parse_event({"stream": "a", "id": "a1", "ts": {"lo": 1, "hi": 2}, "attrs": {"tag": 1}}, streams),
+              parse_event({"stream": "c", "id": "c1", "ts": {"lo": 3, "hi": 5}, "attrs": {"tag": 1}}, streams)]
+    (match,) = _run(text, streams, events)
+    assert match.prob == pytest.approx(5 / 6, rel=1e-12)
+    got = explain(text, streams, _as_dict(match))
+    (factor,) = got["factors"]
+    assert factor["worlds"] == 5 and factor["gap"] is None
+    assert got["product"] == pytest.approx(5 / 6, rel=1e-12)
+    assert {e["var"]: e["support"] for e in got["events"]} == {"x": [1.0, 2.0], "z": [3.0, 5.0]}

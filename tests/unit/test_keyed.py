@@ -188,19 +188,27 @@ def test_keyed_pattern_with_declared_lengths():
 
 # --- lossy CEP -------------------------------------------------------------------------------
 
-def store_events(seed, visits=400, tags=30, delay=6, sweeps=True):
+def store_events(seed, visits=400, tags=30, delay=6, sweeps=True, imprecise=0.0):
+    """Shop visits of tagged items, arriving up to ``delay`` after their (first) instant;
+    a share ``imprecise`` of the reads known only to 2-4 instants."""
     rng = np.random.default_rng(seed)
     raw = []
+
+    def stamp(t):
+        if imprecise and rng.random() < imprecise:
+            return Interval(t, t + int(rng.integers(1, 4)))
+        return Interval(t, t)
+
     for n in range(visits):
         tag = int(rng.integers(tags))
         t = int(rng.integers(0, 4000))
         route = ["shelf"] + (["counter"] if rng.random() < 0.6 else []) + ["exit"]
         for reader in route:
             if rng.random() > 0.1:
-                raw.append((t + rng.uniform(0, delay), Event(reader, f"{reader}-{n}", Interval(t, t), {"tag": tag})))
+                raw.append((t + rng.uniform(0, delay), Event(reader, f"{reader}-{n}", stamp(t), {"tag": tag})))
             t += int(rng.integers(1, 30))
         if sweeps and rng.random() < 0.3:      # a guard's sweep: a counter read of no tag
-            raw.append((t + rng.uniform(0, delay), Event("sweep", f"sweep-{n}", Interval(t, t), {})))
+            raw.append((t + rng.uniform(0, delay), Event("sweep", f"sweep-{n}", stamp(t), {})))
     params = {"shelf": {"max_delay": delay}, "counter": {"miss_prob": 0.2, "max_delay": delay},
               "exit": {"miss_prob": 0.1, "max_delay": delay}, "sweep": {"max_delay": delay}}
     return parse_streams(params), [e for _, e in sorted(raw, key=lambda item: item[0])]
@@ -213,6 +221,16 @@ def test_keyed_lossy_with_fixed_densities_and_an_untied_negative():
             "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
     assert Routing(build_operator(parse(text), streams).partition_keys(), 4).count == 4
     assert_same(text, streams, events, groups=4, seed=21)
+
+
+def test_keyed_lossy_over_imprecise_timestamps():
+    """A third of the reads imprecise, the sweep (tied to no tag) too: each group keeps
+    the imprecise negatives it is sent, and evaluates the same worlds as one operator."""
+    streams, events = store_events(24, imprecise=0.35)
+    text = ("SEQUENCE(Shelf x, !Counter y, !Sweep w, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+            "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
+    matches = assert_same(text, streams, events, groups=4, seed=24)
+    assert any(m.factors and m.factors[0].get("worlds") for m in matches)
 
 
 def test_keyed_lossy_group_sleeps_and_wakes_to_release_waiting_matches():

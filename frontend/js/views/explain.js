@@ -197,6 +197,13 @@ export default {
       const missed = got.missed.length
         ? `<p>Not observed: ${got.missed.map((m) => `${esc(m.var)} (${esc(m.stream)}, ${term("miss", "missed")} with chance ${percent(m.miss_prob)})`).join(", ")}.</p>`
         : "<p>Every positive component was observed.</p>";
+      const worlds = got.factors.find((f) => f.worlds != null);
+      if (worlds) {
+        return `${missed}
+        <p>The events' times are uncertain: the probability is a sum over ${number(worlds.worlds)} combinations of
+          their possible instants, each weighed by its chance and scored by the runs of unobserved components
+          between them: <strong>${percent(got.prob, 2)}</strong>.</p>`;
+      }
       const rows = got.factors.map((f) => `<tr>
         <td data-label="Between">${f.after ? esc(f.after) : "window start"} → ${f.before ? esc(f.before) : "window end"}</td>
         <td data-label="Components">${f.components.map((c) => c.negated

@@ -114,21 +114,24 @@ def test_learning_moves_the_probabilities():
     assert op.score[0, 1][5] < prior                # so a 5-long gap hides a counter read more likely
 
 
-def test_late_and_imprecise_events_are_reported():
+def test_late_and_off_grid_events_are_reported():
     op = build_operator(parse("SEQUENCE(Shelf x, Exit z) WITHIN 10 THRESHOLD 0.5"), STREAMS)
     out = op.feed([rfid("shelf", "a1", 5, 1), rfid("exit", "c1", 8, 1)])
     assert [m.events for m in out.matches] == [{"x": "a1", "z": "c1"}]
     odd = [rfid("shelf", "old", 7, 1),
-           Event("shelf", "wide", Interval(9.0, 12.0), {}),
+           Event("shelf", "wide", Interval(9.0, 12.0), {}),           # imprecise, on the grid: read
+           Event("shelf", "early", Interval(7.0, 12.0), {}),          # its first instant already passed
+           Event("shelf", "ragged", Interval(9.0, 12.5), {}),
            Event("shelf", "hist", Histogram([1, 2], [1.0]), {}),
            rfid("shelf", "half", 9.5, 1),
            rfid("other", "x1", 3, 1)]
     out = op.feed(odd)
     reasons = {late.event.id: late.reason for late in out.late}
-    assert set(reasons) == {"old", "wide", "hist", "half"}
-    assert "out of order" in reasons["old"] and "precise" in reasons["wide"]
-    assert "precise" in reasons["hist"] and "unit grid" in reasons["half"]
-    assert op.counters["late"] == 4 and op.counters["ignored"] == 1 and op.counters["events"] == 7
+    assert set(reasons) == {"old", "early", "ragged", "hist", "half"}
+    assert "out of order" in reasons["old"] and "out of order" in reasons["early"]
+    assert "unit grid" in reasons["ragged"] and "unit grid" in reasons["half"]
+    assert "histogram" in reasons["hist"]
+    assert op.counters["late"] == 5 and op.counters["ignored"] == 1 and op.counters["events"] == 9
 
 
 def test_max_delay_reorders_before_processing():

@@ -278,10 +278,11 @@ def rich_query_text(s) -> str:
     return f"SEQUENCE({parts}){where}{defaults} GAP {gaps} WITHIN {s['window']} THRESHOLD {THRESHOLD}"
 
 
-def rich_reference(s) -> dict:
+def rich_reference(s, threshold: float | None = THRESHOLD) -> dict:
     """Every assignment of events to the positive components, first and last observed,
     interior ones observed or missed, in increasing time within the window; accepted
-    when one DNF clause holds (negatives absent under it); scored as ``reference``."""
+    when one DNF clause holds (negatives absent under it); scored as ``reference``, and
+    kept from ``threshold`` on (None: every accepted assignment, whatever its score)."""
     negated, window, streams = s["negated"], s["window"], s["streams"]
     names = [f"c{k}" for k in range(len(negated))]
     parts = model_parts(s)
@@ -324,7 +325,7 @@ def rich_reference(s) -> dict:
         for (a, t_a), (b, t_b) in zip(bounds, bounds[1:]):
             score *= run_score(a, b, t_b - t_a)
             interval.update({n: (t_a, t_b) for n in range(a + 1, b) if negated[n]})
-        if score < THRESHOLD - 1e-9:          # within 1e-9 of it: either way
+        if threshold is not None and score < threshold - 1e-9:          # within 1e-9 of it: either way
             continue
         bound = {names[k]: {"tag": e["tag"], "v": e["v"]} for k, e in observed}
         missed = [names[k] for k, e in zip(positives, chosen) if e is None]
@@ -366,15 +367,20 @@ def run_rich(s) -> list:
     return matches + op.flush().matches
 
 
-def check_rich(s) -> None:
-    matches = run_rich(s)
+def assert_matches(matches: list, expected: dict, threshold: float) -> None:
+    """The matches are those of ``expected`` (observed events -> probability) from the
+    threshold on (either way within 1e-9 of it), each once, with its probability."""
     got = {tuple(sorted(m.events.items())): m.prob for m in matches}
     assert len(got) == len(matches), "a path reported twice"
-    expected = rich_reference(s)
-    near_threshold = {key for key, p in expected.items() if abs(p - THRESHOLD) < 1e-9}
-    assert set(got) - near_threshold == set(expected) - near_threshold
+    near_threshold = {key for key, p in expected.items() if abs(p - threshold) < 1e-9}
+    wanted = {key for key, p in expected.items() if p >= threshold}
+    assert set(got) - near_threshold == wanted - near_threshold
     for key, prob in got.items():
         assert prob == pytest.approx(expected[key], rel=1e-9, abs=1e-12)
+
+
+def check_rich(s) -> None:
+    assert_matches(run_rich(s), rich_reference(s), THRESHOLD)
 
 
 @settings(max_examples=150, deadline=None)
