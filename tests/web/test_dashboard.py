@@ -18,6 +18,7 @@ import pytest
 from contract import Registry
 from contract.alarms import instance_id
 from contract.archive import ArchiveWriter
+from penumbra.query import parse as parse_query
 from tests.browser import WAIT_MS, wait_until
 
 from .conftest import unique, write_batch
@@ -779,6 +780,38 @@ def test_why_explains_a_real_match_with_its_events_and_the_cores_numbers(tab, ap
     assert not re.search(r"\d[\d,.\u202f]{9,}", text), text           # no epoch-like number
     ticks = page.eval_on_selector_all("#ex-chart .xtick text, #ex-curve .xtick text", "els => els.map(e => e.textContent)")
     assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d(\.\d+)?", t) for t in ticks), ticks
+    tab.assert_clean()
+
+
+def test_why_explains_a_lossy_match_over_imprecise_times_by_its_worlds(tab, api, store, keys):
+    """A lossy match whose exit time is known to 3 instants, found by the core and written as
+    the sink writes it: its explanation says the probability is a sum over the combinations
+    of the events' instants, and gives the count and the probability."""
+    from penumbra.engine import build_operator
+    from penumbra.events import parse_event, parse_streams
+
+    shelf, leave = unique("Shelf"), unique("Exit")
+    for name in (shelf, leave):
+        assert api.put(f"/streams/{name}", json={}, headers=api.as_("admin")).status_code == 200
+    query_id = unique("lift-")
+    text = f"SEQUENCE({shelf} x, {leave} z) WHERE x.tag = z.tag WITHIN 4 THRESHOLD 0.01"
+    answer = api.post("/queries", json={"text": text, "id": query_id}, headers=api.as_("analyst"))
+    assert answer.status_code == 201, answer.text
+    streams = parse_streams({})
+    events = [parse_event({"stream": shelf, "id": "x1", "ts": {"lo": 1, "hi": 2}, "attrs": {"tag": 7}}, streams),
+              parse_event({"stream": leave, "id": "z1", "ts": {"lo": 3, "hi": 5}, "attrs": {"tag": 7}}, streams)]
+    operator = build_operator(parse_query(text), streams)
+    (match,) = list(operator.feed(events).matches) + list(operator.flush().matches)
+    assert match.prob == pytest.approx(5 / 6, rel=1e-12)   # (1,3) (1,4) (2,3) (2,4) (2,5) of 6, W = 4
+    (cursor,) = write_batch(store, keys, 1, {query_id: [{
+        "events": match.events, "prob": match.prob, "times": match.times, "key": match.key,
+        "records": match.records, "factors": match.factors}]})[query_id]
+    page = tab.page
+    tab.sign_in(api.tokens["viewer"], f"alarms?query={query_id}")
+    page.locator(f'#feed li[data-id="{cursor}"] a.why').click()
+    page.locator("#main", has_text="combinations").wait_for()
+    text = page.inner_text("#main")
+    assert "sum over 5 combinations" in text and "83.33\u00a0%" in text, text
     tab.assert_clean()
 
 
