@@ -150,15 +150,19 @@ class MatchGeneration:
         columns = [(self.state_vars[s], paths.events[s]) for s in paths.states]
         bindings = [{var: column[n].attrs for var, column in columns} for n in range(len(paths))]
         missed = [var for s, var in enumerate(self.state_vars) if s not in paths.states] if complete else []
-        defaults = self.query.defaults
         for binding in bindings if missed else ():
-            values: dict[str, dict[str, Any]] = {var: {} for var in missed}
-            binding.update(values)
-            for _ in missed:
-                for var in missed:
-                    for name, expr in defaults.get(var, {}).items():
-                        values[var][name] = evaluate(expr, binding)
+            self._bind_defaults(binding, missed)
         return bindings
+
+    def _bind_defaults(self, binding: dict[str, Any], missed: list[str]) -> None:
+        """Bind the missed components to their DEFAULT values (a default may name another
+        missed component, hence one pass per missed component)."""
+        values: dict[str, dict[str, Any]] = {var: {} for var in missed}
+        binding.update(values)
+        for _ in missed:
+            for var in missed:
+                for name, expr in self.query.defaults.get(var, {}).items():
+                    values[var][name] = evaluate(expr, binding)
 
     def _present(self, plan: ClausePlan, check: NegativeCheck, k: int, key: np.ndarray, lo: np.ndarray,
                  hi: np.ndarray, bindings: list[dict] | None, observed) -> np.ndarray:

@@ -425,31 +425,13 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             times = times[~bad]
         if not events:
             return
-        parts = None
-        if spread:
-            # an imprecise event: one entry per instant of its support
-            counts = np.ones(len(events), np.int64)
-            for n, instants in spread.items():
-                counts[n] = len(instants)
-            rows = np.repeat(np.arange(len(events)), counts)
-            times = np.repeat(times, counts)
-            parts = np.zeros(len(rows), np.int64)
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            for n, instants in spread.items():
-                times[starts[n]:starts[n] + len(instants)] = instants
-                parts[starts[n]] = 1
-                parts[starts[n] + 1:starts[n] + len(instants)] = 2
-            events = [events[n] for n in rows.tolist()]
-            streams = [streams[n] for n in rows.tolist()]
-            self.seen = max(self.seen, int(max(instants[0] for instants in spread.values())))
-            certain = parts == 0
-            if certain.any():
-                self.seen = max(self.seen, int(times[certain].max()))
-            parts = parts.tolist()
+        for n, instants in spread.items():
+            times[n] = instants[0]
         times = times.astype(np.int64)
-        if parts is None:
-            self.seen = max(self.seen, int(times.max()))
-            parts = [0] * len(times)
+        self.seen = max(self.seen, int(times.max()))
+        parts = [0] * len(times)
+        if spread:
+            events, streams, times, parts = self._expand(events, streams, times, spread)
         if len(times) > 1 and not (np.diff(times) >= 0).all() or (self.held_times and self.held_times[-1] > times[0]):
             times = np.concatenate((np.asarray(self.held_times, dtype=np.int64), times))
             order = np.argsort(times, kind="stable").tolist()
@@ -464,6 +446,25 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             self.held_events += events
             self.held_streams += streams
             self.held_parts += parts
+
+    @staticmethod
+    def _expand(events: list, streams: list[int], times: np.ndarray,
+                spread: dict[int, np.ndarray]) -> tuple[list, list[int], np.ndarray, list[int]]:
+        """One entry per instant of each imprecise event (row -> instants in ``spread``):
+        the events, streams, times and parts (0 precise, 1 an imprecise event's first
+        instant, 2 its later ones)."""
+        counts = np.ones(len(events), np.int64)
+        for n, instants in spread.items():
+            counts[n] = len(instants)
+        rows = np.repeat(np.arange(len(events)), counts).tolist()
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        times = np.repeat(times, counts)
+        parts = np.zeros(len(rows), np.int64)
+        for n, instants in spread.items():
+            times[starts[n]:starts[n] + len(instants)] = instants
+            parts[starts[n]] = 1
+            parts[starts[n] + 1:starts[n] + len(instants)] = 2
+        return [events[n] for n in rows], [streams[n] for n in rows], times, parts.tolist()
 
     def _spread(self, ts, spread: dict[int, np.ndarray], n: int) -> str | None:
         """Read an imprecise timestamp on the grid into ``spread[n]``, or say why it cannot be."""

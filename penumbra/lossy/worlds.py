@@ -252,7 +252,7 @@ class PossibleWorlds:
         score = weight * self.leading[window - span] * self.trailing[window - span]
         for i, j in zip(states, states[1:]):
             score = score * self.score[i, j][times[j] - times[i]]
-        accepted = self._accepted(states, events, key, times)
+        accepted = self._accepted(states, events, key, times, len(weight))
         if accepted is None or not score.any():
             return 0.0, len(weight)
         return float(min(1.0, max(0.0, float(np.dot(score, accepted))))), len(weight)
@@ -275,10 +275,10 @@ class PossibleWorlds:
         return times, weight
 
     def _accepted(self, states: list[int], events: dict[int, Event], key: int,
-                  times: dict[int, np.ndarray]) -> np.ndarray | None:
-        """Per combination, the probability that one clause holds: its predicates on the
-        positives, and none of its negative events inside its interval. None when no
-        clause accepts the positives."""
+                  times: dict[int, np.ndarray], count: int) -> np.ndarray | None:
+        """Per combination (``count`` of them), the probability that one clause holds: its
+        predicates on the positives, and none of its negative events inside its interval.
+        None when no clause accepts the positives."""
         observed = {self.state_vars[s] for s in states}
         bindings = self._bindings_of(states, events)
         intervals = self._intervals(states, times)
@@ -295,7 +295,7 @@ class PossibleWorlds:
                     negatives.setdefault((event.stream, event.id), (event, set()))[1].add(k)
             relevant = frozenset((name, k) for name, (_, ks) in negatives.items() for k in ks)
             if not relevant:
-                return np.ones(len(next(iter(times.values()))))
+                return np.ones(count)
             clauses.append((relevant, negatives))
         if not clauses:
             return None
@@ -310,14 +310,14 @@ class PossibleWorlds:
         def outside(name, event, ks) -> np.ndarray:
             if (name, ks) not in cache:
                 instants, probs = reading(event.ts)
-                inside = np.zeros((len(next(iter(times.values()))), len(instants)), bool)
+                inside = np.zeros((count, len(instants)), bool)
                 for k in ks:
                     lo, hi = intervals[k]
                     inside |= (instants[None, :] > lo[:, None]) & (instants[None, :] < hi[:, None])
                 cache[name, ks] = 1.0 - inside @ probs
             return cache[name, ks]
 
-        union = np.zeros(len(next(iter(times.values()))))
+        union = np.zeros(count)
         for size in range(1, len(minimal) + 1):
             for subset in itertools.combinations(minimal, size):
                 merged: dict = {}
@@ -342,13 +342,7 @@ class PossibleWorlds:
     def _bindings_of(self, states: list[int], events: dict[int, Event]) -> dict[str, Any]:
         """Variable -> attributes, the missed components' from their DEFAULTs."""
         binding: dict[str, Any] = {self.state_vars[s]: events[s].attrs for s in states}
-        missed = [var for s, var in enumerate(self.state_vars) if s not in events]
-        values: dict[str, dict[str, Any]] = {var: {} for var in missed}
-        binding.update(values)
-        for _ in missed:
-            for var in missed:
-                for name, expr in self.query.defaults.get(var, {}).items():
-                    values[var][name] = evaluate(expr, binding)
+        self._bind_defaults(binding, [var for s, var in enumerate(self.state_vars) if s not in events])
         return binding
 
     def _clause_holds(self, plan, states, events, observed, bindings) -> bool:
