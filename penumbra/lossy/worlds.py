@@ -71,6 +71,10 @@ def reading(ts: Interval) -> tuple[np.ndarray, np.ndarray]:
     return instants, probs
 
 
+#: The identity of each object of an object array, as integers (one C loop).
+_IDENTITY = np.frompyfunc(id, 1, 1)
+
+
 def certain(event: Event) -> bool:
     return event.ts.lo == event.ts.hi
 
@@ -171,24 +175,23 @@ class PossibleWorlds:
         (:meth:`_trailing_vague`)."""
         if not len(paths):
             return paths
-        keep = np.ones(len(paths), bool)
-        trailing = set(self.trailing_negatives)
         states = paths.states
-        columns = [paths.events[s].tolist() for s in states]
-        keys = paths.key.tolist()
-        routed = set()              # the paths of one match: every combination of its instants
-        for n, events in enumerate(zip(*columns)):
-            if all(e.ts.lo == e.ts.hi for e in events):
+        # the paths of one match (every combination of its instants) decided once: rows of
+        # the same events, found by the events' identities
+        identities = np.column_stack([_IDENTITY(paths.events[s]).astype(np.int64) for s in states])
+        _, first, which = np.unique(identities, axis=0, return_index=True, return_inverse=True)
+        keep = np.ones(len(first), bool)
+        trailing = set(self.trailing_negatives)
+        for u, n in enumerate(first.tolist()):
+            events = {s: paths.events[s][n] for s in states}
+            if all(map(certain, events.values())):
                 times = {s: int(paths.times[s][n]) for s in states}
                 intervals = [item for item in self._negative_intervals(times) if item[0] not in trailing]
-                if not self._meets_vague(keys[n], intervals):
+                if not self._meets_vague(int(paths.key[n]), intervals):
                     continue
-            keep[n] = False
-            identity = tuple(map(id, events))
-            if identity not in routed:
-                routed.add(identity)
-                self._schedule(dict(zip(states, events)), keys[n])
-        return paths.take(keep)
+            keep[u] = False
+            self._schedule(events, int(paths.key[n]))
+        return paths.take(keep[which.ravel()])
 
     def _trailing_vague(self, key: int, path: dict[int, tuple[int, Event]], deadline: int) -> bool:
         t_last = path[max(path)][0]
