@@ -27,6 +27,7 @@ from ..probability import meets
 from ..query.ast import evaluate
 from .plan import ClausePlan, Literal, NegativeCheck
 from .queues import NO_KEY
+from .worlds import TooManyWorlds
 
 __all__ = ["MatchGeneration"]
 
@@ -233,12 +234,21 @@ class MatchGeneration:
         while self.pending and self.pending[0][0] <= until:
             # (a match left waiting by a state written before factors were kept has none saved)
             deadline, _, key, t_last, score, path, clauses, *saved = heapq.heappop(self.pending)
-            if self.vague_seen and self._trailing_vague(key, path, deadline):
-                self._evaluate({s: event for s, (_, event) in path.items()}, key, out)
-                continue
             trailing = float(self.trailing[deadline - t_last])
             score *= trailing
             if not meets(score, self.threshold):
+                continue
+            if self.vague_seen and self._trailing_vague(key, path, deadline):
+                try:
+                    held = self._trailing_worlds(key, t_last, deadline, clauses)
+                except TooManyWorlds as error:
+                    self._too_many({s: event for s, (_, event) in path.items()}, error, out)
+                    continue
+                factors = (saved[0] if saved else self._factors(path)) + [self._run(
+                    self.state_vars[-1], None, range(self.positives[-1] + 1, len(self.query.components)),
+                    deadline - t_last, trailing * held)]
+                if meets(score * held, self.threshold):
+                    self._emit_path(path, score * held, out, factors)
                 continue
             one = np.array([key], np.int64)
             lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)

@@ -318,8 +318,9 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         return roles
 
     def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
-        """The largest precise time on the grid among the events of the query's streams
-        (late ones lie behind the time already processed, so the figure needs no state)."""
+        """The largest first instant on the grid among the events of the query's streams, as
+        :meth:`_admit` takes the time seen (late ones lie behind the time already processed,
+        so the figure needs no state)."""
         times = [first for e in events if self._stream(e.stream) >= 0
                  and (first := self._first_instant(e.ts)) is not None]
         return {"seen": float(max(times))} if times else {}
@@ -487,10 +488,11 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
 
     @staticmethod
     def _first_instant(ts) -> int | None:
-        """The first instant of a timestamp the operator reads (None for one it reports late)."""
+        """The first instant of a timestamp the operator reads (None for one it reports late,
+        as :meth:`_spread` would)."""
         if type(ts) is not Interval or ts.lo % 1 or ts.hi % 1 or max(abs(ts.lo), abs(ts.hi)) > _GRID_LIMIT:
             return None
-        if ts.lo == ts.hi or ts.pmf is None:
+        if ts.lo == ts.hi:
             return int(ts.lo)
         try:
             return int(reading(ts)[0][0])

@@ -46,7 +46,7 @@ from ..query.ast import evaluate
 from ..timestamps import Interval
 from .queues import NO_KEY
 
-__all__ = ["COMBINATIONS", "CLAUSE_SETS", "PossibleWorlds", "Vague", "reading"]
+__all__ = ["COMBINATIONS", "CLAUSE_SETS", "PossibleWorlds", "TooManyWorlds", "Vague", "reading"]
 
 #: Most combinations of instants of a match's events evaluated at once (beyond, the
 #: match is reported in ``late`` with its reason rather than computed).
@@ -54,6 +54,10 @@ COMBINATIONS = 4_000_000
 
 #: Most clauses with distinct negative events combined by inclusion-exclusion for one match.
 CLAUSE_SETS = 12
+
+
+class TooManyWorlds(Exception):
+    """A match whose evaluation over worlds is beyond the operator's bounds."""
 
 
 @functools.lru_cache(maxsize=8192)
@@ -223,12 +227,8 @@ class PossibleWorlds:
     def _evaluate(self, events: dict[int, Event], key: int, out: BlockResult) -> None:
         try:
             prob, worlds = self._over_worlds(events, key)
-        except _TooMany as error:
-            last = events[max(events)]
-            self.totals["late"] += 1
-            out.late.append(Late(last, f"the match {', '.join(e.id for _, e in sorted(events.items()))} over "
-                                       f"imprecise timestamps needs {error} to evaluate, more than this "
-                                       f"operator computes for one match"))
+        except TooManyWorlds as error:
+            self._too_many(events, error, out)
             return
         if not meets(prob, self.threshold):
             return
@@ -238,6 +238,13 @@ class PossibleWorlds:
         factor = {"after": None, "before": None, "components": described, "gap": None, "score": prob,
                   "worlds": worlds}
         self._emit_path(path, prob, out, [factor], learn=all(map(certain, events.values())))
+
+    def _too_many(self, events: dict[int, Event], error: TooManyWorlds, out: BlockResult) -> None:
+        """Report a match beyond the evaluation's bounds in ``late``, with its last event."""
+        self.totals["late"] += 1
+        out.late.append(Late(events[max(events)], f"the match {', '.join(e.id for _, e in sorted(events.items()))} "
+                                                  f"over imprecise timestamps needs {error} to evaluate, more than "
+                                                  f"this operator computes for one match"))
 
     # --- the evaluation -------------------------------------------------------------------------
 
@@ -268,7 +275,7 @@ class PossibleWorlds:
         for s in states[1:]:
             later, probs = reading(events[s].ts)
             if len(weight) * len(later) > COMBINATIONS:
-                raise _TooMany(f"more than {COMBINATIONS:,} combinations of instants")
+                raise TooManyWorlds(f"more than {COMBINATIONS:,} combinations of instants")
             previous, first = times[max(times)], times[states[0]]
             rows, cols = np.nonzero((later[None, :] > previous[:, None])
                                     & (later[None, :] - first[:, None] < self.window))
@@ -302,11 +309,19 @@ class PossibleWorlds:
             clauses.append((relevant, negatives))
         if not clauses:
             return None
+        return self._union(clauses, intervals, count)
+
+    @staticmethod
+    def _union(clauses: list, intervals: dict, count: int) -> np.ndarray:
+        """P(one of the clauses holds) per combination, each clause given as (its negative
+        events, event name -> (event, negative components that search it)), the negatives'
+        intervals per combination: inclusion-exclusion over the clauses, an event shared by
+        several clauses or components counted once, outside the union of its intervals."""
         # a clause whose negative events include another's is implied by it
         distinct = {relevant: negatives for relevant, negatives in clauses}
         minimal = [r for r in distinct if not any(other < r for other in distinct)]
         if len(minimal) > CLAUSE_SETS:
-            raise _TooMany(f"{len(minimal)} clauses with distinct negative events combined "
+            raise TooManyWorlds(f"{len(minimal)} clauses with distinct negative events combined "
                            f"(at most {CLAUSE_SETS})")
         cache: dict = {}
 
@@ -327,11 +342,30 @@ class PossibleWorlds:
                 for relevant in subset:
                     for name, (event, ks) in distinct[relevant].items():
                         merged.setdefault(name, (event, set()))[1].update(ks)
-                term = np.ones(len(union))
+                term = np.ones(count)
                 for name, (event, ks) in merged.items():
                     term = term * outside(name, event, frozenset(ks))
                 union += term if size % 2 else -term
         return np.clip(union, 0.0, 1.0)
+
+    def _trailing_worlds(self, key: int, t_last: int, deadline: int, clauses: list) -> float:
+        """A waiting precise match whose trailing interval (t_last, deadline) an imprecise
+        negative event meets: P(one of the clauses that accepted it finds none of its
+        trailing negative events inside). Its runs and leading negatives were decided
+        when it completed (nothing imprecise met them), so only the trailing ones are left."""
+        interval = (np.array([t_last], np.int64), np.array([deadline], np.int64))
+        intervals = {k: interval for k in self.trailing_negatives}
+        found = []
+        for bit, bindings, observed in clauses:
+            plan = self.plans[bit]
+            negatives: dict = {}
+            for k in self.trailing_negatives:
+                for event in self._negative_events(plan, plan.negatives[k], k, key, observed, bindings, interval):
+                    negatives.setdefault((event.stream, event.id), (event, set()))[1].add(k)
+            if not negatives:
+                return 1.0
+            found.append((frozenset((name, k) for name, (_, ks) in negatives.items() for k in ks), negatives))
+        return float(self._union(found, intervals, 1)[0])
 
     def _intervals(self, states: list[int], times: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per negative component, its open interval per combination."""
@@ -375,8 +409,3 @@ class PossibleWorlds:
             found = [e for e in found
                      if all(evaluate(expr, {**bindings, check.var: e.attrs}) is True for expr in literals)]
         return found
-
-
-class _TooMany(Exception):
-    """A match whose evaluation over worlds is beyond the operator's bounds."""
-

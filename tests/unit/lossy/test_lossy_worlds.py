@@ -205,3 +205,57 @@ def test_too_many_clause_sets_are_reported_not_guessed():
              for n in range(count)]
     matches, late = run(query, [ev("shelf", "x1", 10), *reads, ev("exit", "z1", 20)])
     assert matches == [] and len(late) == 1 and "clauses" in late[0].reason
+
+
+OR_OF_KINDS = ("SEQUENCE(!Counter y, Shelf x, Exit z, !Alarm w) WHERE "
+               "(x.tag = z.tag AND y.tag = x.tag AND w.tag = x.tag AND y.k = 1 AND w.k = 1) OR "
+               "(x.tag = z.tag AND y.tag = x.tag AND w.tag = x.tag AND y.k = 2 AND w.k = 2) "
+               "GAP z = uniform(1, 60) WITHIN 60 THRESHOLD 0.01")
+
+
+def kind_event(stream, ident, lo, hi, tag, k=None):
+    return Event(stream, ident, Interval(float(lo), float(hi)), {"tag": tag} if k is None else {"tag": tag, "k": k})
+
+
+@pytest.mark.parametrize("crowd", [0, 5000])
+def test_a_waiting_match_keeps_what_broke_its_other_clauses(crowd):
+    """Clause 2 is broken by the counter read of kind 2 before the shelf read (leading),
+    clause 1 by the alarm of kind 1 that certainly lies in the trailing window: no match.
+    The alarm is imprecise, so the waiting match is summed over worlds when its window
+    passes; by then thousands of other counter reads have made the operator compact its
+    queues, which must not forget what already broke clause 2."""
+    events = [kind_event("counter", "y1", 25, 25, 1, k=2), kind_event("shelf", "x1", 40, 40, 1),
+              kind_event("exit", "z1", 50, 50, 1), kind_event("alarm", "w1", 60, 62, 1, k=1)]
+    events += [kind_event("counter", f"f{n}", 86, 86, 100 + n, k=2) for n in range(crowd)]
+    events += [kind_event("shelf", "far", 95, 95, 9)]
+    op = build_operator(parse(OR_OF_KINDS), parse_streams({"shelf": {"max_delay": 3}}))
+    assert op.feed(events).matches + op.flush().matches == []
+
+
+def test_a_waiting_match_sums_its_trailing_window_over_worlds():
+    """The alarm of kind 1 lies in the trailing window (50, 100) at 98 or 99 and outside at
+    100 or 101: clause 1 holds in half the worlds, clause 2 (no counter of kind 2) in all,
+    so 1; without clause 2's way out, the match holds where the alarm is outside: 1/2 of
+    the score of the precise model."""
+    events = [kind_event("shelf", "x1", 40, 40, 1), kind_event("exit", "z1", 50, 50, 1),
+              kind_event("alarm", "w1", 98, 101, 1, k=1), kind_event("shelf", "far", 300, 300, 9)]
+    both = build_operator(parse(OR_OF_KINDS), parse_streams({}))
+    (match,) = both.feed(events).matches + both.flush().matches
+    one = OR_OF_KINDS.split(" OR ")[0] + " GAP z = uniform(1, 60) WITHIN 60 THRESHOLD 0.01"
+    alone = build_operator(parse(one), parse_streams({}))
+    (half,) = alone.feed(events).matches + alone.flush().matches
+    precise = build_operator(parse(one), parse_streams({}))
+    (whole,) = precise.feed([e for e in events if e.id != "w1"]).matches + precise.flush().matches
+    assert match.prob == pytest.approx(whole.prob, rel=1e-12)
+    assert half.prob == pytest.approx(whole.prob / 2, rel=1e-12)
+
+
+def test_the_clock_a_host_shares_is_the_time_the_operator_takes():
+    """An imprecise read too wide for the grid is late, so it moves neither the time the
+    operator takes nor the one it tells a host to share with the other key groups."""
+    op = build_operator(parse(SHOPLIFTING), parse_streams({"shelf": {"max_delay": 3}}))
+    block = [ev("shelf", "x1", 10), ev("shelf", "w", 1000, 6000, tag=2), ev("shelf", "p", 20, 23, tag=3,
+                                                                            pmf=[0, 0, 0.5, 0.5])]
+    assert op.clock_of(block) == {"seen": 22.0}
+    out = op.feed(block)
+    assert [late.event.id for late in out.late] == ["w"] and op.seen == 22
