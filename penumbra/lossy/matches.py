@@ -239,28 +239,22 @@ class MatchGeneration:
             if not meets(score, self.threshold):
                 continue
             if self.vague_seen and self._trailing_vague(key, path, deadline):
-                try:
+                try:    # an imprecise negative may lie in the window: the share of worlds it is clear
                     held = self._trailing_worlds(key, t_last, deadline, clauses)
                 except TooManyWorlds as error:
                     self._too_many({s: event for s, (_, event) in path.items()}, error, out)
                     continue
+            else:
+                one = np.array([key], np.int64)
+                lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)
+                held = float(any(not any(self._present(self.plans[bit], self.plans[bit].negatives[k], k, one, lo, hi,
+                                                       [bindings], observed)[0] for k in self.trailing_negatives)
+                                 for bit, bindings, observed in clauses))
+            if held and meets(score * held, self.threshold):
                 factors = (saved[0] if saved else self._factors(path)) + [self._run(
                     self.state_vars[-1], None, range(self.positives[-1] + 1, len(self.query.components)),
                     deadline - t_last, trailing * held)]
-                if meets(score * held, self.threshold):
-                    self._emit_path(path, score * held, out, factors)
-                continue
-            one = np.array([key], np.int64)
-            lo, hi = np.array([t_last], np.int64), np.array([deadline], np.int64)
-            for bit, bindings, observed in clauses:
-                plan = self.plans[bit]
-                if not any(self._present(plan, plan.negatives[k], k, one, lo, hi, [bindings], observed)[0]
-                           for k in self.trailing_negatives):
-                    factors = (saved[0] if saved else self._factors(path)) + [self._run(
-                        self.state_vars[-1], None, range(self.positives[-1] + 1, len(self.query.components)),
-                        deadline - t_last, trailing)]
-                    self._emit_path(path, score, out, factors)
-                    break
+                self._emit_path(path, score * held, out, factors)
         self._release_worlds(until, out)
 
     def _emit(self, paths: _Paths, n: int, out: BlockResult) -> None:

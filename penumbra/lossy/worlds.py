@@ -153,17 +153,6 @@ class PossibleWorlds:
 
     # --- routing --------------------------------------------------------------------------
 
-    def _negative_intervals(self, times: dict[int, int]) -> list[tuple[int, int, int]]:
-        """(negative component, lo, hi): the open interval each negative is searched in,
-        for observed states at ``times`` (state -> time)."""
-        states = sorted(times)
-        t_first, t_last = times[states[0]], times[states[-1]]
-        out = [(k, t_last - self.window, t_first) for k in self.leading_negatives]
-        for i, j in zip(states, states[1:]):
-            out += [(k, times[i], times[j]) for k in self.run_negatives[i, j]]
-        out += [(k, t_last, t_first + self.window) for k in self.trailing_negatives]
-        return out
-
     def _meets_vague(self, key: int, intervals) -> bool:
         """Whether an imprecise negative event may lie in one of the intervals."""
         for k, lo, hi in intervals:
@@ -190,7 +179,8 @@ class PossibleWorlds:
             events = {s: paths.events[s][n] for s in states}
             if all(map(certain, events.values())):
                 times = {s: int(paths.times[s][n]) for s in states}
-                intervals = [item for item in self._negative_intervals(times) if item[0] not in trailing]
+                intervals = [(k, lo, hi) for k, (lo, hi) in self._intervals(sorted(states), times).items()
+                             if k not in trailing]
                 if not self._meets_vague(int(paths.key[n]), intervals):
                     continue
             keep[u] = False
@@ -367,8 +357,9 @@ class PossibleWorlds:
             found.append((frozenset((name, k) for name, (_, ks) in negatives.items() for k in ks), negatives))
         return float(self._union(found, intervals, 1)[0])
 
-    def _intervals(self, states: list[int], times: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Per negative component, its open interval per combination."""
+    def _intervals(self, states: list[int], times: dict[int, Any]) -> dict[int, tuple[Any, Any]]:
+        """Per negative component, its open interval: per combination for arrays of times
+        by state, or one for times."""
         first, last = times[states[0]], times[states[-1]]
         out = {k: (last - self.window, first) for k in self.leading_negatives}
         for i, j in zip(states, states[1:]):
