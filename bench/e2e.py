@@ -244,6 +244,10 @@ def core_matches(lines: list[str]) -> int:
     return found + len(operator.flush().matches)
 
 
+def _rates(text: str) -> tuple[int, ...]:
+    return tuple(int(rate) for rate in text.replace("_", "").split(","))
+
+
 def sustained(result: dict) -> bool:
     """Posted at the offered rate (within 5 %), nothing refused, every match the core finds
     received, and p99 within the target."""
@@ -269,16 +273,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per rate")
     parser.add_argument("--no-ladder", action="store_true", help="skip the search for the highest sustained rate")
+    parser.add_argument("--trigger", type=float, default=0.0,
+                        help="the job's micro-batch interval, s (PENUMBRA_TRIGGER_SECONDS; 0: each batch at once)")
+    parser.add_argument("--rates", type=_rates, help="the rates measured before the ladder (default 1,000 and 10,000)")
+    parser.add_argument("--ladder", type=_rates, help=f"the ladder's rates (default {', '.join(map(str, LADDER))})")
     args = parser.parse_args()
-    rates = (1_000,) if args.quick else (1_000, 10_000)
+    rates = args.rates or ((1_000,) if args.quick else (1_000, 10_000))
     seconds = 4.0 if args.quick else args.seconds
     quiet = 4.0 if args.quick else 10.0
-    report = Report("e2e_quick" if args.quick else "e2e", "End to end: POST to an alarm on the live feed")
-    report.say(f"`python bench/e2e.py{' --quick' if args.quick else ''}`: penumbra up (local[2], trigger 0), "
+    custom = args.trigger or args.rates or args.ladder or args.seconds != 20.0
+    # the tracked report is the default run's; another run's goes beside it
+    report = Report("e2e_quick" if args.quick else "e2e_custom" if custom else "e2e",
+                    "End to end: POST to an alarm on the live feed")
+    options = " ".join(sys.argv[1:])
+    report.say(f"`python bench/e2e.py{' ' + options if options else ''}`: penumbra up (local[2], trigger {args.trigger:g}), "
                f"query `{QUERY}`, {seconds:g} s per rate, POSTs every 25 ms, one websocket client")
     results = []
     with tempfile.TemporaryDirectory(prefix="penumbra-e2e-") as folder:
-        up = Up(Path(folder))
+        up = Up(Path(folder), extra_env={"PENUMBRA_TRIGGER_SECONDS": str(args.trigger)})
         listener = None
         try:
             started = time.monotonic()
@@ -294,7 +306,7 @@ def main() -> None:
             warm = run_rate(up.url, token, listener, 200, 2 if args.quick else 5, 0, "w", quiet)
             report.say(f"warm-up: {warm['matches']} matches, p50 {warm['p50_s']:.2f} s")
             offset = warm["last"] + 1_000_000.0
-            ladder = () if args.quick or args.no_ladder else LADDER
+            ladder = () if args.quick or args.no_ladder else (args.ladder or LADDER)
             for rate in (*rates, *ladder):
                 result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet,
                                   root=up.child.pid)

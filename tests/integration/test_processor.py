@@ -1,7 +1,7 @@
 """The stateful step's isolation, without Spark: a key group whose block makes its query
 fail gives the failure (the query and its error) instead of taking the micro-batch
 down, and keeps the state it had. The registry is a real Redis; Spark's per-group value
-state is stood in for by a dict-backed holder with the same four calls."""
+state is stood in for by a dict-backed holder with the same three calls."""
 
 from __future__ import annotations
 
@@ -19,13 +19,10 @@ JOIN = "SELECT * FROM pa A, pb B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.5"
 
 
 class ValueState:
-    """The calls the processor makes on Spark's ValueState."""
+    """The calls the processor makes on Spark's ValueState (``get`` is None when no state is held)."""
 
     def __init__(self, value=None):
         self.value = value
-
-    def exists(self) -> bool:
-        return self.value is not None
 
     def get(self):
         return self.value
