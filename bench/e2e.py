@@ -12,6 +12,8 @@ plots in bench/out/e2e{,_quick}.md.
 
     .venv/bin/python bench/e2e.py                 # 1,000 and 10,000 events/s, 20 s each, then the ladder
     .venv/bin/python bench/e2e.py --quick         # a smoke run: 1,000 events/s for 4 s
+    .venv/bin/python bench/e2e.py --trigger 1 --rates 1000,10000 --ladder 30000,35000,40000
+                                                  # other settings: report in bench/out/e2e_custom.md
 """
 
 from __future__ import annotations
