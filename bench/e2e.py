@@ -247,6 +247,7 @@ def core_matches(lines: list[str]) -> int:
 
 
 def _rates(text: str) -> tuple[int, ...]:
+    """Rates given as ``1000,10_000``."""
     return tuple(int(rate) for rate in text.replace("_", "").split(","))
 
 

@@ -84,10 +84,12 @@ class GroupProcessor(StatefulProcessor):
         ticks = [json.loads(data) for data in frame.loc[kinds == "t", "data"]]
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         ended = {query_id for tick in ticks for query_id in tick["end"]}
-        # one call to the state server (an absent state reads as None): each call has the JVM
-        # build an encoder and generate a projection for it (docs/pipeline.md)
-        held = self.state.get()
-        state = None if held is None else GroupState(held[0], held[1], json.loads(held[2]), json.loads(held[3]))
+        # one call to the state server, None when the group holds no state: each call has the
+        # JVM build an encoder and generate a projection for it (docs/pipeline.md)
+        held, state = self.state.get(), None
+        if held is not None:
+            kind, snapshot, pending, wake = held
+            state = GroupState(kind, snapshot, json.loads(pending), json.loads(wake))
         lead = unit.lead
         key_group = KeyGroup(group, lead.routing.count)
         try:
