@@ -220,7 +220,7 @@ class PossibleWorlds:
         except TooManyWorlds as error:
             self._too_many(events, error, out)
             return
-        if not meets(prob, self.threshold):
+        if prob is None or not meets(prob, self.threshold):
             return
         path = {s: (int(reading(e.ts)[0][0]), e) for s, e in events.items()}
         described = [{"var": c.var, "stream": c.stream, "negated": c.negated, "miss_prob": self.miss_probs[k]}
@@ -238,22 +238,27 @@ class PossibleWorlds:
 
     # --- the evaluation -------------------------------------------------------------------------
 
-    def _over_worlds(self, events: dict[int, Event], key: int) -> tuple[float, int]:
+    def _over_worlds(self, events: dict[int, Event], key: int) -> tuple[float | None, int]:
         """P(match) = sum over the worlds of P(world) S(world), and the number of
-        combinations of the match's instants it summed."""
+        combinations of the match's instants it summed; None when no world holds the
+        match (none puts its events in order inside the window, or each one's negative
+        events break it): not a match at all, as a precise path that is broken is none,
+        while a path some world holds with a score of zero is a match of probability zero."""
         states = sorted(events)
         if len({(e.stream, e.id) for e in events.values()}) < len(states):
-            return 0.0, 0       # one event cannot be two components
+            return None, 0      # one event cannot be two components
         times, weight = self._combinations(states, events)
         if not len(weight):
-            return 0.0, 0
+            return None, 0
         window = self.window
         span = times[states[-1]] - times[states[0]]
         score = weight * self.leading[window - span] * self.trailing[window - span]
         for i, j in zip(states, states[1:]):
             score = score * self.score[i, j][times[j] - times[i]]
         accepted = self._accepted(states, events, key, times, len(weight))
-        if accepted is None or not score.any():
+        if accepted is None or not accepted.any():
+            return None, len(weight)
+        if not score.any():
             return 0.0, len(weight)
         return float(min(1.0, max(0.0, float(np.dot(score, accepted))))), len(weight)
 

@@ -160,6 +160,18 @@ def test_an_imprecise_event_is_never_two_components():
     assert matches == []
 
 
+@pytest.mark.parametrize("shelf", [(4, 5, [1, 0]), (3, 4, None)])
+def test_a_path_every_world_breaks_is_no_match_even_at_the_lowest_threshold(shelf):
+    """The counter read at 7 lies after the exit (5) and within the window of the shelf
+    read in every world: each world breaks the match, as the precise path with the shelf
+    read at 4 is broken, so nothing comes out, not a match of probability zero."""
+    lo, hi, pmf = shelf
+    query = "SEQUENCE(Shelf x, Exit z, !Counter y) WHERE x.tag = z.tag AND y.tag = x.tag WITHIN 10 THRESHOLD 1e-13"
+    events = [ev("shelf", "x1", lo, hi, pmf=pmf), ev("exit", "z1", 5), ev("counter", "y1", 7)]
+    assert run(query, events) == ([], [])
+    assert run(query, [ev("shelf", "x1", 4), *events[1:]]) == ([], [])
+
+
 def test_an_or_of_clauses_unites_their_worlds():
     """Clause 1 breaks on a counter read of v = 1, clause 2 on one of tag 1. The read
     (v = 1, tag 1) lies in the interval with probability 1/2, so both clauses fail there:
