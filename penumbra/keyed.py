@@ -56,13 +56,18 @@ class GroupState:
 
 
 def step(query, streams: Streams, key_group: KeyGroup, state: GroupState | None, events: Sequence[Event],
-         clock: Clock, *, threshold: float | None = None, end: bool = False) -> tuple[BlockResult | None, GroupState]:
+         clock: Clock, *, threshold: float | None = None, end: bool = False,
+         prior=None) -> tuple[BlockResult | None, GroupState]:
     """Run one micro-batch of one key group of ``query``.
 
     ``events`` are the group's share of the batch in arrival order, ``clock`` the
     batch's merged clock, ``threshold`` the one registered now (None: the query's own),
-    ``end`` the end of input (flush). Returns the group's result, or None when the group
-    had nothing to do and was not restored, and its new state.
+    ``end`` the end of input (flush). For a join, ``prior`` gives each event the clock of
+    the batch's events before it in every group (:meth:`~penumbra.joins.JoinOperator.clocks_before`
+    over the batch, a partition's share merged with the clocks of the partitions before
+    it): the group then judges each event late exactly as one operator fed the whole
+    batch would. Returns the group's result, or None when the group had nothing to do
+    and was not restored, and its new state.
     """
     state = state or GroupState(query.kind, b"")
     if not events and not end:
@@ -80,7 +85,7 @@ def step(query, streams: Streams, key_group: KeyGroup, state: GroupState | None,
             operator.set_threshold(threshold)
         except ValidationError as error:
             refused = str(error)
-    result.extend(operator.feed(events))
+    result.extend(operator.feed(events) if prior is None else operator.feed(events, prior))
     result.extend(operator.advance(clock))
     if end:
         result.extend(operator.flush())

@@ -102,8 +102,10 @@ class GroupProcessor(StatefulProcessor):
                                      threshold=lead.entry.get("threshold"), end=bool(ended))
                 results = None if result is None else {lead.entry["id"]: result}
             else:
-                columns = unpack_columns(frame.loc[kinds == "b", "data"])
-                results, state = unit.plan.step(lead.streams, key_group, state, columns, clock, end=bool(ended))
+                # each event with the clock of the batch's events before it, every group's
+                columns, prior = unpack_columns(frame.loc[kinds == "b", "data"], ticks)
+                results, state = unit.plan.step(lead.streams, key_group, state, columns, clock, end=bool(ended),
+                                                prior=prior)
         except Exception as error:  # noqa: BLE001 - the queries are quarantined; the group keeps its state
             return _frame([_failed(query, group, error) for query in unit.members])
         self.state.update((state.kind, state.snapshot, json.dumps(state.pending), json.dumps(state.wake)))

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import redis
@@ -234,8 +235,9 @@ class Router:
     job's shuffle partitions) each group's rows carry the slot that places it; with 0,
     slot 0."""
 
-    def __init__(self, url: str, prefix: str, groups: int, partitions: int = 0):
+    def __init__(self, url: str, prefix: str, groups: int, partitions: int = 0, first: int = 0):
         self.url, self.prefix, self.groups, self.partitions = url, prefix, groups, partitions
+        self.first = first          # the ordinal of the partition's first entry
         self.clocks: dict[str, Clock] = {}
         self.ended: set[str] = set()
         self.registry: _Compiled | None = None
@@ -309,6 +311,7 @@ class Router:
         # the clock of every unit from all the events of its streams; one computation
         # serves every unit with the same streams and parameters (registry.clock_keys)
         clocks: dict[Any, Clock] = {}
+        earlier: dict[str, float] = {}      # a unit's watermark from the partition's chunks before this one
         for unit_id, unit in registry.units.items():
             if all(query.entry["id"] in broken for query in unit.members):
                 continue
@@ -325,22 +328,32 @@ class Router:
                 for query in unit.members:
                     broken.setdefault(query.entry["id"], failure(error))
                 continue
+            earlier[unit_id] = self.clocks.get(unit_id, {}).get("watermark", -math.inf)
             self.clocks[unit_id] = merge_clocks(self.clocks.get(unit_id, {}), clocks[key])
         for query_id, error in broken.items():
             _quarantine(rows, query_id, registry.entries.get(query_id), error, version)
             unit_id = registry.unit_of.get(query_id)
             if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
                 self.clocks.pop(unit_id, None)
+        priors: dict[Any, np.ndarray] = {}
         for (unit_id, group), parts in blocks.items():
             unit = registry.units[unit_id]
             if all(q.entry["id"] in broken for q in unit.members):
                 continue
             # in arrival order; a join plan takes its events as columns, built here where they
-            # are parsed, other queries take the JSON lines
+            # are parsed, each with the clock of the partition's events before it, all keys
+            # (the clocks of the partitions before this one join it in the stateful step);
+            # other queries take the JSON lines
             block = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
             block_seqs = seqs[block].tolist()
-            data = pack_columns(block_seqs, columns.take(block)) if unit.plan is not None \
-                else pack(block_seqs, [events_in[kept_list[row]][3] for row in block.tolist()])
+            if unit.plan is not None:
+                key = registry.clock_keys[unit_id]
+                if key not in priors:
+                    priors[key] = unit.lead.clocker.clocks_before(columns)
+                data = pack_columns(block_seqs, columns.take(block), np.maximum(priors[key][block], earlier[unit_id]),
+                                    self.first)
+            else:
+                data = pack(block_seqs, [events_in[kept_list[row]][3] for row in block.tolist()])
             rows.append((unit_id, group, block_seqs[0], "b", data, None, version,
                          _slot(unit_id, group, self.partitions)))
         return rows
@@ -349,7 +362,7 @@ class Router:
         """Every group of each query the partition's events concerned gets a tick (their
         clock, and whether the query's input ended); every group of a removed query a drop."""
         registry = self.registry or compiled(self.url, self.prefix, version, self.groups)
-        return _ticks(registry, self.clocks, self.ended, self.partitions)
+        return _ticks(registry, self.clocks, self.ended, self.partitions, self.first)
 
 
 def pack(seqs: list[int], lines: list[bytes]) -> bytes:
@@ -357,23 +370,33 @@ def pack(seqs: list[int], lines: list[bytes]) -> bytes:
     return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def pack_columns(seqs: list[int], columns: EventColumns) -> bytes:
-    """A group's events of one read partition as one value: their ordinals and columns
-    (:class:`~penumbra.events.columns.EventColumns`)."""
-    return pickle.dumps((seqs, columns.to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
+def pack_columns(seqs: list[int], columns: EventColumns, prior: np.ndarray | None = None, first: int = 0) -> bytes:
+    """A group's events of one read partition as one value: their ordinals, columns
+    (:class:`~penumbra.events.columns.EventColumns`), each one's clock of the partition's
+    events before it (:meth:`~penumbra.joins.JoinOperator.clocks_before`; none: -inf) and
+    the ordinal of the partition's first entry."""
+    prior = np.full(len(seqs), -math.inf) if prior is None else np.asarray(prior, dtype=np.float64)
+    return pickle.dumps((seqs, columns.to_bytes(), prior.tobytes(), first), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack_columns(blocks) -> EventColumns:
-    """The columns of blocks packed by :func:`pack_columns`, in the order of their ordinals."""
+def unpack_columns(blocks, ticks: Sequence[dict] = ()) -> tuple[EventColumns, np.ndarray]:
+    """The columns of blocks packed by :func:`pack_columns`, in the order of their
+    ordinals, and each event's prior clock over the whole micro-batch: its partition's
+    share, merged with the watermark of the ``ticks`` of the partitions before it (a
+    tick's ``first``, the ordinal its partition starts at, below the event's partition's)."""
     seqs: list[int] = []
-    parts = []
+    parts, priors = [], []
     for block in blocks:
-        more_seqs, data = pickle.loads(block)
+        more_seqs, data, prior, first = pickle.loads(block)
         seqs += more_seqs
         parts.append(EventColumns.from_bytes(data))
+        earlier = max([tick["clock"].get("watermark", -math.inf) for tick in ticks if tick.get("first", first) < first],
+                      default=-math.inf)
+        priors.append(np.maximum(np.frombuffer(prior, dtype=np.float64), earlier))
     columns = EventColumns.concat(parts)
+    prior = np.concatenate(priors) if priors else np.empty(0)
     order = _arrival_order(seqs)
-    return columns.take(order) if order is not None else columns
+    return (columns.take(order), prior[order]) if order is not None else (columns, prior)
 
 
 def unpack(blocks) -> list[bytes]:
@@ -399,7 +422,8 @@ def _slot(query_id: str, group: int, partitions: int) -> int:
     return slot(query_id, group, partitions) if partitions > 0 else 0
 
 
-def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], partitions: int) -> list[tuple]:
+def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], partitions: int,
+           first: int = 0) -> list[tuple]:
     rows = []
     ended_units: dict[str, list[str]] = {}
     for query_id in sorted(ended):
@@ -409,7 +433,8 @@ def _ticks(registry: _Compiled, clocks: dict[str, Clock], ended: set[str], parti
         unit = registry.units.get(unit_id)
         if unit is None:
             continue
-        data = json.dumps({"clock": clocks.get(unit_id, {}), "end": ended_units.get(unit_id, [])}).encode()
+        data = json.dumps({"clock": clocks.get(unit_id, {}), "end": ended_units.get(unit_id, []),
+                           "first": first}).encode()
         rows += [(unit_id, group, -1, "t", data, None, registry.version, _slot(unit_id, group, partitions))
                  for group in range(unit.lead.routing.count)]
     for unit_id in registry.deleted:

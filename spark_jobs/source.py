@@ -241,7 +241,8 @@ class IngestReader(DataSourceStreamReader):
 
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:
         settle_heap()
-        router = Router(self.url, self.keys.prefix, self.groups, self.placed) if self.groups is not None else None
+        router = Router(self.url, self.keys.prefix, self.groups, self.placed, partition.first) \
+            if self.groups is not None else None
         for seqs, ids, fields, data in self._entries(partition):
             if router is None:
                 yield pa.RecordBatch.from_pydict({"seq": seqs, "entry": ids, "field": fields, "data": data,

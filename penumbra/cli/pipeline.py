@@ -142,14 +142,23 @@ def evaluate(text: str, streams: dict, lines: Sequence[str], *, batch_rows: int 
              timeout: float = 1800.0) -> tuple[list[dict], dict]:
     """The matches of ``text`` over the event ``lines`` from the Spark job, and figures
     (events, matches, seconds of micro-batch processing, wall seconds with the job's
-    start, not processed, the operators' counters summed)."""
+    start, not processed, the operators' counters summed).
+
+    With ``batch_rows``, each micro-batch holds exactly that many of the lines, in order
+    (the last one the rest): the blocks ``penumbra eval --engine local`` feeds its operator
+    with the same ``--block-size``. An event that arrives beyond its stream's max delay is
+    then late in both engines alike, so they print the same matches for any input."""
     keys = Keys()
     with tempfile.TemporaryDirectory(prefix="penumbra-eval-") as home, RedisServer(Path(home) / "redis") as server:
         client = redis.Redis.from_url(server.url)
         registry = Registry(client, keys)
         registry.put_streams(registrable(text, streams or {}, lines))
         registry.register(text, query_id=QUERY_ID)
-        append_events(client, lines, keys)
+        # the job cuts a batch at an entry holding its max rows: appended a batch's lines at
+        # a time, the entries of each batch hold exactly its lines
+        step = batch_rows or max(1, len(lines))
+        for start in range(0, len(lines), step):
+            append_events(client, lines[start:start + step], keys)
         mark = end_of_input(client, [QUERY_ID], keys)
         settings = {"trigger_seconds": 0, "result_maxlen": max(1_000_000, 10 * len(lines)),
                     "dead_maxlen": max(100_000, len(lines))}

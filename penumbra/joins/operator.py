@@ -172,6 +172,15 @@ class JoinMatches(Sequence[Match]):
             yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition, records=records)
 
 
+def _running_before(hi: np.ndarray, moves: np.ndarray) -> tuple[np.ndarray, float]:
+    """For each event, the largest ``hi`` of the moving events before it (-inf for none),
+    and the largest of them all."""
+    if not len(hi):
+        return np.empty(0), -math.inf
+    running = np.maximum.accumulate(np.where(moves, hi, -math.inf))
+    return np.concatenate(([-math.inf], running[:-1])), float(running[-1])
+
+
 def _events_of(rows: Rows, index: np.ndarray, stream: str, template_names: list[str]) -> list[dict]:
     """``row_event`` of each row of ``index``, made once per distinct row."""
     distinct, back = np.unique(index, return_inverse=True)
@@ -396,13 +405,18 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
 
     # --- feeding -------------------------------------------------------------------------
 
-    def feed(self, events: Sequence[Event] | EventColumns) -> BlockResult:
+    def feed(self, events: Sequence[Event] | EventColumns, prior: np.ndarray | None = None) -> BlockResult:
         """One block: events (or their columns, :class:`~penumbra.events.columns.EventColumns`)
         in arrival order, each admitted, late or rejected for each side that reads its
-        stream, the admitted ones joined with their key's partners."""
+        stream, the admitted ones joined with their key's partners.
+
+        ``prior`` (a key group's block, :func:`~penumbra.keyed.step`): for each event, the
+        clock of the micro-batch's events that arrived before it, whichever key group they
+        went to (:meth:`clocks_before`); the watermark the event meets is at least that, so
+        a group judges lateness as one operator fed every event would."""
         columns = events if isinstance(events, EventColumns) else EventColumns.from_events(events)
         before = dict(self.totals)
-        arrived, late = self._arrive(columns)
+        arrived, late = self._arrive(columns, prior)
         matches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         near: list[dict] = []
         self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
@@ -442,12 +456,13 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         }
         return BlockResult(result, late, observations)
 
-    def _arrive(self, columns: EventColumns) -> tuple[_Arrived, list[Late]]:
+    def _arrive(self, columns: EventColumns, prior: np.ndarray | None = None) -> tuple[_Arrived, list[Late]]:
         """The block's events, side by side, as the join takes them (see the module
         docstring): filtered, rejected, late, unkeyed, of another key group, or arrived
         with their key. The watermark each event meets is the largest max time of the
         events before it that some side admits or filters out (rejected events do not move
-        it; late ones cannot), so it is one running maximum over the block."""
+        it; late ones cannot), so it is one running maximum over the block (and at least
+        its ``prior``, the clock of events before it elsewhere)."""
         n = len(columns)
         self.totals["events"] += n
         hi = columns.block.hi
@@ -466,9 +481,9 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             judged.append((mine[passing], template[passing], [r for r, p in zip(reasons, passing.tolist()) if p]))
         self.totals["ignored"] += int(n - read.sum())
         if n:
-            running = np.maximum.accumulate(np.where(moves, hi, -math.inf))
-            met = np.maximum(self.watermark, np.concatenate(([-math.inf], running[:-1])))
-            self.watermark = max(self.watermark, float(running[-1]))
+            met, last = _running_before(hi, moves)
+            met = np.maximum(self.watermark, met if prior is None else np.maximum(met, prior))
+            self.watermark = max(self.watermark, last)
         else:
             met = hi
         late: list[tuple[int, int, str]] = []
@@ -618,6 +633,19 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
                 if not isinstance(admitted, str) and admitted[0].hi > watermark:
                     watermark = admitted[0].hi
         return {"watermark": watermark} if watermark > -math.inf else {}
+
+    def clocks_before(self, events: Sequence[Event] | EventColumns) -> np.ndarray:
+        """For each event of the block, the largest max time of the events before it that
+        either side admits or filters out (-inf for none): the part of the watermark it
+        meets that the block gives (see :meth:`_arrive`; a host computes it over a whole
+        micro-batch and gives each key group its events' share, :meth:`feed`'s ``prior``)."""
+        columns = events if isinstance(events, EventColumns) else EventColumns.from_events(events)
+        moves = np.zeros(len(columns), dtype=bool)
+        for side in self.sides:
+            mine = columns.rows_of(side.stream)
+            if len(mine):
+                moves[mine[self._admit_columns(side, columns, mine)[0] > -2]] = True
+        return _running_before(columns.block.hi, moves)[0]
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
         watermark = clock.get("watermark", -math.inf)

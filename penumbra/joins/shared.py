@@ -117,9 +117,11 @@ class Plan:
         return out
 
     def step(self, streams: Streams, key_group: KeyGroup, state: GroupState | None, events: Sequence[Event],
-             clock: Clock, *, end: bool = False) -> tuple[dict[str, BlockResult | Exception] | None, GroupState]:
+             clock: Clock, *, end: bool = False, prior=None) -> tuple[dict[str, BlockResult | Exception] | None,
+                                                                    GroupState]:
         """:func:`~penumbra.keyed.step` of the plan's join, split among the members."""
-        result, state = step(self.query, streams, key_group, state, events, clock, threshold=self.threshold, end=end)
+        result, state = step(self.query, streams, key_group, state, events, clock, threshold=self.threshold, end=end,
+                             prior=prior)
         return (None if result is None else self.split(result)), state
 
     def split(self, result: BlockResult) -> dict[str, BlockResult | Exception]:

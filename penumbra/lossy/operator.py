@@ -36,7 +36,9 @@ until they are older than the largest stream max delay D (the external buffer of
 section 2.1). An imprecise timestamp (a < b) is read as its instants a..b, uniform or
 weighted by its pmf, and a match it touches gets its probability over the possible
 worlds (:mod:`.worlds`). An event whose first instant is older than one already
-processed is reported as ``Late``, and so are histogram timestamps and off-grid times.
+processed, or than the frontier (the largest first instant seen less D, rounded down
+to the grid: an event before it arrived beyond the max delay), is reported as
+``Late``, and so are histogram timestamps and off-grid times.
 """
 
 from __future__ import annotations
@@ -228,7 +230,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         self.vague_seen = False             # whether an imprecise event was ever processed
         self.worlds: list = []              # matches waiting to be evaluated over worlds (a heap)
         self.worlds_due: set = set()
-        self.clock = -math.inf              # time of the last event processed
+        self.clock = -math.inf              # time processed: the last event's, or the frontier
         self.seen = -math.inf               # largest time seen
         self.processed = 0                  # events run through the NFA
         self.sequence = 0                   # arrival order, to break ties in heaps
@@ -285,8 +287,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
     def feed(self, events: Sequence[Event]) -> BlockResult:
         out = BlockResult()
         self._admit(events, out)
-        self._process(bisect_right(self.held_times, self.seen - self.max_delay), out)
-        self._finish_block(out)
+        self._move_on(out)
         return out
 
     def flush(self) -> BlockResult:
@@ -332,16 +333,22 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         out = BlockResult()
         if clock.get("seen", -math.inf) > self.seen:
             self.seen = int(clock["seen"])
-        if self.seen == -math.inf:
-            return out
-        frontier = self.seen - self.max_delay
-        self._process(bisect_right(self.held_times, frontier), out)
-        if math.floor(frontier) > self.clock:
-            self.clock = math.floor(frontier)
-            self._release(self.clock, out)
-            self._compact()
-        self._finish_block(out)
+        self._move_on(out)
         return out
+
+    def _move_on(self, out: BlockResult) -> None:
+        """Process the held events the time seen makes safe (older than it by the max delay
+        D), and take its frontier as processed: a later event before it arrived beyond D
+        and is late, whichever key group it goes to, so one operator and the key groups of
+        a host (:meth:`advance`) judge alike."""
+        if self.seen > -math.inf:
+            frontier = self.seen - self.max_delay
+            self._process(bisect_right(self.held_times, frontier), out)
+            if math.floor(frontier) > self.clock:
+                self.clock = math.floor(frontier)
+                self._release(self.clock, out)
+                self._compact()
+        self._finish_block(out)
 
     def wake(self) -> dict[str, float]:
         """The time seen at which a held event is released, or a waiting match's window closes."""

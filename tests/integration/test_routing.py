@@ -4,9 +4,11 @@ each entry becomes, and the packed blocks a key group receives."""
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import uuid
 
+import numpy as np
 import pytest
 import redis
 
@@ -71,14 +73,21 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, regis
     unit = compiled(redis_server.url, keys.prefix, version, groups).unit_of["j"]
     assert unit.startswith("~") and {row[0] for row in blocks} == {unit}
     # a join plan's events come as columns, in ordinal order across the two reads
-    got = {group: unpack_columns([row[4] for row in blocks if row[1] == group]).ids.tolist()
+    got = {group: unpack_columns([row[4] for row in blocks if row[1] == group])[0].ids.tolist()
            for group in {row[1] for row in blocks}}
     assert got == expected
     assert all(row[2] == pickle.loads(row[4])[0][0] for row in blocks), "a block's seq is its first ordinal"
     # ticks: every group of the running query, with the largest max time and the end mark
     ticks = {row[1]: json.loads(row[4]) for row in by_kind["t"]}
     assert {row[0] for row in by_kind["t"]} == {unit} and sorted(ticks) == list(range(groups))
-    assert all(t == {"clock": {"watermark": 21.0}, "end": ["j"]} for t in ticks.values())
+    assert all(t == {"clock": {"watermark": 21.0}, "end": ["j"], "first": 0} for t in ticks.values())
+    # each event with the largest max time of the events before it in the partition, every
+    # group's and both reads' (what makes it late, as for one operator fed them all)
+    his = [json.loads(line)["ts"]["hi"] for line in good]
+    before = {100 + i: max(his[:i], default=-math.inf) for i in range(len(good))}
+    for row in blocks:
+        seqs, _, prior, first = pickle.loads(row[4])
+        assert first == 0 and np.frombuffer(prior).tolist() == [before[seq] for seq in seqs]
 
 
 def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
@@ -93,8 +102,15 @@ def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
         return EventColumns.from_events([parse_event({"stream": "ra", "id": i, "ts": {"lo": 0, "hi": 1}}) for i in ids])
 
     later, earlier = pack_columns([5, 7], events("e5", "e7")), pack_columns([1, 6], events("e1", "e6"))
-    assert unpack_columns([later, earlier]).ids.tolist() == ["e1", "e5", "e6", "e7"]
-    assert unpack_columns([earlier]).ids.tolist() == ["e1", "e6"]
+    assert unpack_columns([later, earlier])[0].ids.tolist() == ["e1", "e5", "e6", "e7"]
+    assert unpack_columns([earlier])[0].ids.tolist() == ["e1", "e6"]
+    # a group's blocks from two read partitions (ordinals 1-4 and 5-8): an event's prior
+    # clock takes its own partition's share and the whole of each partition before it
+    first = pack_columns([1, 3], events("e1", "e3"), np.array([-math.inf, 2.0]), first=1)
+    second = pack_columns([5, 7], events("e5", "e7"), np.array([-math.inf, 6.0]), first=5)
+    ticks = [{"clock": {"watermark": 8.0}, "end": [], "first": 5}, {"clock": {"watermark": 4.0}, "end": [], "first": 1}]
+    columns, prior = unpack_columns([second, first], ticks)
+    assert columns.ids.tolist() == ["e1", "e3", "e5", "e7"] and prior.tolist() == [-math.inf, 2.0, 4.0, 6.0]
 
 
 def test_every_row_of_a_group_carries_the_slot_that_places_it(redis_server, registry):
@@ -139,7 +155,7 @@ def test_selective_joins_run_as_one_plan_that_gets_what_some_of_them_keep(redis_
     got: dict[str, list[str]] = {}
     for row in rows:
         if row[3] == "b":
-            got.setdefault(row[0], []).extend(unpack_columns([row[4]]).ids.tolist())
+            got.setdefault(row[0], []).extend(unpack_columns([row[4]])[0].ids.tolist())
     assert got[plan] == [f"a{n}" for n in range(80) if n % 40 < 10] + [f"rb{n}" for n in range(10)]
     assert len(got[units["other"]]) == 90
     ticks = {row[0]: json.loads(row[4])["clock"] for row in rows if row[3] == "t"}

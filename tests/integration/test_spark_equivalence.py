@@ -14,18 +14,32 @@ from collections import Counter
 
 import pytest
 
+from contract.entries import read_dead
 from penumbra.engine import build_operator
 from penumbra.query import parse
 from tests.unit.joins.test_join_operator import brute_force, workload
-from tests.unit.test_keyed import pattern_events, store_events
+from tests.unit.test_keyed import pattern_events, rekeyed, store_events
 
 
-def local(text, streams, events, block=1000):
+def local(text, streams, events, block=1000, late=None):
+    """One operator's matches over ``events`` fed in blocks; with a Counter ``late``, the
+    events it reports late counted there (stream, id, reason)."""
     operator = build_operator(parse(text), streams)
     matches = []
-    for start in range(0, len(events), block):
-        matches += [m.to_json() for m in operator.feed(events[start:start + block]).matches]
-    return matches + [m.to_json() for m in operator.flush().matches]
+    results = [operator.feed(events[start:start + block]) for start in range(0, len(events), block)]
+    results.append(operator.flush())
+    for result in results:
+        matches += [m.to_json() for m in result.matches]
+        if late is not None:
+            late.update((item.event.stream, item.event.id, item.reason) for item in result.late)
+    return matches
+
+
+def late_letters(pipeline, query_id) -> Counter:
+    """The events the job reported late (or not joinable) for a query: (stream, id, reason)."""
+    letters = [read_dead(fields) for _, fields in pipeline.client.xrange(pipeline.keys.dead)]
+    return Counter((letter["stream"], letter["id"], letter["reason"]) for letter in letters
+                   if letter.get("kind") == "late" and letter.get("query") == query_id)
 
 
 def signature(match: dict):
@@ -63,6 +77,49 @@ def test_keyed_join(pipeline, kind):
     pairs, ambiguous, late = brute_force(streams, events, 10.0, lambda position: 0.3, keyed=True)
     assert not late
     assert {(m["events"]["A"], m["events"]["B"]) for m in found[next(iter(texts))]} - ambiguous == set(pairs) - ambiguous
+
+
+def test_keyed_join_late_events(pipeline):
+    """Events beyond the max delay, over 12 keys: an event is late by the events before it
+    of every key, whichever key group and read partition they went to, so the job reports
+    the same late events (with the same watermark in the reason) and finds the same
+    matches as one operator, whatever its micro-batches."""
+    streams, events = workload(9, "mixed", n=900, late_share=0.15)
+    events = rekeyed(events, 9)
+    texts = {pipeline.query_id(): f"SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} AND A.region = B.region "
+                                  f"WITH THRESHOLD {p} USING {strategy}"
+             for d, p, strategy in ((10.0, 0.3, "lazy"), (25.0, 0.7, "eager"))}
+    found = pipeline.run(stream_params(streams), texts, events)
+    for query_id, text in texts.items():
+        late = Counter()
+        assert_equal(found[query_id], local(text, streams, events, late=late), text)
+        assert sum(late.values()) > 50 and late_letters(pipeline, query_id) == late
+
+
+def test_patterns_and_lossy_late_events_in_the_same_blocks(pipeline):
+    """A pattern and a lossy query judge lateness at the end of a micro-batch: fed in the
+    blocks the local engine is fed (each appended once the job has taken the one before,
+    as `penumbra eval --engine spark` cuts them), the job reports the same late events and
+    finds the same matches."""
+    pattern_streams, pattern_in = pattern_events(33, n=400, keys=5, late_share=0.1)
+    store_streams, store_in = store_events(43, visits=300, imprecise=0.2, late_share=0.05)
+    pattern = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node AND b.v > 2 "
+               "AND skip_till_next_match(a, b, c) WITHIN 30 USING sorted")
+    lossy = ("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+             "GAP y = uniform(1, 30), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
+    block = 100
+    for streams, events, text in ((pattern_streams, pattern_in, pattern), (store_streams, store_in, lossy)):
+        query_id = pipeline.query_id()
+        pipeline.registry.put_streams(stream_params(streams))
+        pipeline.registry.register(text, query_id=query_id)
+        for start in range(0, len(events), block):
+            pipeline.feed(events[start:start + block])
+            pipeline.sync()
+        pipeline.end(query_id)
+        late = Counter()
+        assert_equal(pipeline.matches(query_id), local(text, streams, events, block=block, late=late), text)
+        assert late and late_letters(pipeline, query_id) == late
+        pipeline.registry.remove(query_id)
 
 
 def test_patterns_every_method_and_strategy(pipeline):

@@ -67,6 +67,38 @@ def test_spark_engine_prints_the_local_engines_matches(example):
     assert processes() - before == set(), "the run left a redis-server or a JVM behind"
 
 
+def test_spark_engine_cuts_the_local_engines_blocks(tmp_path):
+    """Events beyond their max delay, which a pattern judges late at a block's end: both
+    engines cut the input in the same blocks (``--block-size``), so they print the same
+    matches and leave out the same events."""
+    from penumbra.events import event_to_json
+    from tests.unit.test_keyed import pattern_events
+
+    streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
+    (tmp_path / "streams.json").write_text(json.dumps(streams.to_json()))
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(event_to_json(e)) + "\n" for e in events))
+    query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
+             "AND skip_till_next_match(a, b, c) WITHIN 30")
+
+    def run(engine: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query", query, "--streams",
+             str(tmp_path / "streams.json"), "--events", str(tmp_path / "events.jsonl"), "--block-size", "40", *extra],
+            capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+
+    before = processes()
+    spark = run("spark")
+    assert spark.returncode == 0, spark.stderr
+    local = run("local")
+    found, expected = as_set(spark.stdout), as_set(local.stdout)
+    assert expected and set(found) == set(expected)
+    assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
+    # both say how many events they left out: the late ones
+    said = [line for line in local.stderr.splitlines() if "not processed" in line]
+    assert said and said == [line for line in spark.stderr.splitlines() if "not processed" in line]
+    assert processes() - before == set(), "the run left a redis-server or a JVM behind"
+
+
 def test_spark_engine_stats():
     before = processes()
     run = evaluate("seismic", "spark", "--stats")

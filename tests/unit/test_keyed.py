@@ -10,6 +10,7 @@ exactly once; for the join also the brute-force all-pairs join of tests/unit/joi
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -32,25 +33,41 @@ def batches_of(events, rng):
     return [events[a:b] for a, b in zip([0] + cuts, cuts + [len(events)])] + [[]]
 
 
-def cluster(text, streams, batches, groups, rng, partitions=3):
+def priors(clocker, pieces):
+    """For each event of a batch cut into ``pieces`` (source partitions), the clock of the
+    events before it: its piece's share merged with the clocks of the pieces before it,
+    as the job's router and stateful step compute it."""
+    out, earlier = [], -np.inf
+    for piece in pieces:
+        if piece:
+            out.append(np.maximum(earlier, clocker.clocks_before(piece)))
+            earlier = max(earlier, clocker.clock_of(piece).get("watermark", -np.inf))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def cluster(text, streams, batches, groups, rng, partitions=3, prior=True):
     """What each batch emits when ``text`` runs as ``groups`` key groups, and how many
-    group steps slept."""
+    group steps slept. A join's groups are given each event's prior clock (``prior``)."""
     query = parse(text)
     routing = Routing(build_operator(query, streams).partition_keys(), groups)
     clocker = build_operator(query, streams)
+    prior = prior and query.kind == "join"
     states, emitted, slept = {}, [], 0
     for number, batch in enumerate(batches):
         cuts = np.sort(rng.integers(0, len(batch) + 1, partitions - 1)).tolist()
         pieces = [batch[a:b] for a, b in zip([0] + cuts, cuts + [len(batch)])]
         clock = merge_clocks(*(clocker.clock_of(piece) for piece in pieces))
+        before = priors(clocker, pieces) if prior else None
         shares = {g: [] for g in range(routing.count)}
-        for event in batch:
+        for position, event in enumerate(batch):
             for g in routing.groups(event.stream, event.attrs):
-                shares[g].append(event)
+                shares[g].append(position)
         out = BlockResult()
         for g in range(routing.count):
-            result, states[g] = step(query, streams, KeyGroup(g, routing.count), states.get(g), shares[g],
-                                     clock, end=number == len(batches) - 1)
+            mine = np.asarray(shares[g], dtype=np.int64)
+            result, states[g] = step(query, streams, KeyGroup(g, routing.count), states.get(g),
+                                     [batch[i] for i in mine.tolist()], clock, end=number == len(batches) - 1,
+                                     prior=before[mine] if prior else None)
             if result is None:
                 slept += 1
             else:
@@ -84,16 +101,27 @@ def quieten(events, name, values):
     return [e for n, e in enumerate(events) if n < len(events) // 2 or e.attrs.get(name) not in values]
 
 
-def assert_same(text, streams, events, groups, seed, quiet=None):
+def late_of(emitted):
+    """Each event reported late or not joinable, with its reason, and how often."""
+    return Counter((item.event.stream, item.event.id, item.reason) for result in emitted for item in result.late)
+
+
+def assert_same(text, streams, events, groups, seed, quiet=None, late=False):
     """Same matches, each once, none later than one operator emits it. ``quiet``: the
     attribute and values of keys that went quiet (:func:`quieten`): their group must
     sleep through later batches, and wake to emit what time alone makes final (some of
-    its matches come out after its last event's batch and before the end of input)."""
+    its matches come out after its last event's batch and before the end of input).
+    ``late``: the input has events beyond the max delay, and the groups report the same
+    ones late, with the same reasons, as one operator fed the same batches."""
     rng = np.random.default_rng(seed)
     batches = batches_of(events, rng)
     hosted, slept = cluster(text, streams, batches, groups, rng)
     alone = local(text, streams, batches)
-    assert not any(r.late for r in hosted) and not any(r.late for r in alone)
+    if late:
+        assert late_of(alone), "the workload should have late events"
+        assert late_of(hosted) == late_of(alone)
+    else:
+        assert not any(r.late for r in hosted) and not any(r.late for r in alone)
     found, when = by_match(hosted)
     expected, expected_when = by_match(alone)
     assert expected, "the workload should produce matches"
@@ -134,6 +162,36 @@ def test_keyed_join_equals_one_operator_and_brute_force(kind, seed):
                 assert m.prob == pytest.approx(expected[pair], abs=1e-9)
 
 
+def rekeyed(events, seed, keys=12):
+    """The events, each in one of ``keys`` regions at random: a key's own events are
+    sparse, and most of what makes one late comes from other keys."""
+    rng = np.random.default_rng(seed)
+    return [dataclasses.replace(e, attrs={**e.attrs, "region": f"r{int(rng.integers(keys))}"}) for e in events]
+
+
+@pytest.mark.parametrize("kind", ["intervals", "templates", "mixed"])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_keyed_join_judges_late_events_as_one_operator(kind, seed):
+    """Events beyond the max delay: an event is late by the events before it in every
+    key group, so the groups given each event's prior clock report the same late events
+    (with the same watermark in the reason) and find the same matches as one operator."""
+    streams, events = workload(seed, kind, n=600, late_share=0.15)
+    for d, p in ((10.0, 0.3), (25.0, 0.7)):
+        assert_same(JOIN.format(d=d, p=p), streams, rekeyed(events, seed, keys=4), groups=3, seed=seed, late=True)
+
+
+def test_without_prior_clocks_a_join_group_misses_what_other_groups_saw():
+    """The check above can fail: groups judging lateness by their own events alone let
+    through events one operator reports late."""
+    streams, events = workload(3, "intervals", n=600, late_share=0.15)
+    events = rekeyed(events, 3)
+    text = JOIN.format(d=10.0, p=0.3)
+    rng = np.random.default_rng(3)
+    batches = batches_of(events, rng)
+    hosted, _ = cluster(text, streams, batches, 3, rng, prior=False)
+    assert sum(late_of(hosted).values()) < sum(late_of(local(text, streams, batches)).values())
+
+
 def test_self_join_keyed_on_different_attributes_finds_each_pair_once():
     """An event plays side A keyed by x and side B keyed by y: it reaches two groups,
     and each pair is still found once."""
@@ -151,16 +209,18 @@ def test_self_join_keyed_on_different_attributes_finds_each_pair_once():
 
 # --- patterns --------------------------------------------------------------------------------
 
-def pattern_events(seed, n=500, widths=(1, 8), delay=60, keys=2, declared=False):
+def pattern_events(seed, n=500, widths=(1, 8), delay=60, keys=2, declared=False, late_share=0.0):
     """Streams A, B, C in turn with integer intervals of random widths, arriving within
-    ``delay`` of their lower bound; a ``node`` key."""
+    ``delay`` of their lower bound (a share ``late_share`` of them three times as late);
+    a ``node`` key."""
     rng = np.random.default_rng(seed)
     raw = []
     for i in range(n):
         lo = int(i * 2 + rng.integers(0, 3))
         width = int(rng.integers(*widths))
         stream = "ABC"[int(rng.integers(0, 3))]
-        raw.append((lo + rng.uniform(0, delay), Event(stream, f"{stream}{i}", Interval(lo, lo + width),
+        arrival = lo + (3 * delay if late_share and rng.random() < late_share else rng.uniform(0, delay))
+        raw.append((arrival, Event(stream, f"{stream}{i}", Interval(lo, lo + width),
                                                       {"node": int(rng.integers(0, keys)), "v": int(rng.integers(0, 10))})))
     params = {s: {"max_delay": delay, **({"pi": widths[1]} if declared else {})} for s in "ABC"}
     return parse_streams(params), [e for _, e in sorted(raw, key=lambda item: item[0])]
@@ -181,6 +241,14 @@ def test_keyed_pattern_equals_one_operator(method, strategy):
                 quiet=("node", {1}) if waits else None)
 
 
+@pytest.mark.parametrize("strategy", ["skip_till_any_match", "skip_till_next_match"])
+def test_keyed_pattern_judges_late_events_as_one_operator(strategy):
+    """A pattern's safe time moves at the end of a batch, by the batch's merged clock: the
+    groups report the same late events as one operator fed the same batches."""
+    streams, events = pattern_events(31, keys=5, late_share=0.1)
+    assert_same(PATTERN.format(strategy=strategy, method="sorted"), streams, events, groups=3, seed=31, late=True)
+
+
 def test_keyed_pattern_with_declared_lengths():
     streams, events = pattern_events(12, declared=True)
     assert_same(PATTERN.format(strategy="skip_till_next_match", method="sorted"), streams, events, groups=4, seed=12)
@@ -188,9 +256,10 @@ def test_keyed_pattern_with_declared_lengths():
 
 # --- lossy CEP -------------------------------------------------------------------------------
 
-def store_events(seed, visits=400, tags=30, delay=6, sweeps=True, imprecise=0.0):
-    """Shop visits of tagged items, arriving up to ``delay`` after their (first) instant;
-    a share ``imprecise`` of the reads known only to 2-4 instants."""
+def store_events(seed, visits=400, tags=30, delay=6, sweeps=True, imprecise=0.0, late_share=0.0):
+    """Shop visits of tagged items, arriving up to ``delay`` after their (first) instant
+    (a share ``late_share`` of the reads 200 later); a share ``imprecise`` of the reads
+    known only to 2-4 instants."""
     rng = np.random.default_rng(seed)
     raw = []
 
@@ -205,7 +274,8 @@ def store_events(seed, visits=400, tags=30, delay=6, sweeps=True, imprecise=0.0)
         route = ["shelf"] + (["counter"] if rng.random() < 0.6 else []) + ["exit"]
         for reader in route:
             if rng.random() > 0.1:
-                raw.append((t + rng.uniform(0, delay), Event(reader, f"{reader}-{n}", stamp(t), {"tag": tag})))
+                arrival = t + (200 if late_share and rng.random() < late_share else rng.uniform(0, delay))
+                raw.append((arrival, Event(reader, f"{reader}-{n}", stamp(t), {"tag": tag})))
             t += int(rng.integers(1, 30))
         if sweeps and rng.random() < 0.3:      # a guard's sweep: a counter read of no tag
             raw.append((t + rng.uniform(0, delay), Event("sweep", f"sweep-{n}", stamp(t), {})))
@@ -231,6 +301,16 @@ def test_keyed_lossy_over_imprecise_timestamps():
             "GAP y = uniform(1, 30), w = uniform(1, 60), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
     matches = assert_same(text, streams, events, groups=4, seed=24)
     assert any(m.factors and m.factors[0].get("worlds") for m in matches)
+
+
+def test_keyed_lossy_judges_late_events_as_one_operator():
+    """The lossy operator's processed time moves at the end of a batch, by the batch's
+    merged clock: the groups report the same late reads as one operator fed the same
+    batches, and find the same matches."""
+    streams, events = store_events(25, imprecise=0.2, late_share=0.05)
+    text = ("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
+            "GAP y = uniform(1, 30), z = exponential(25) WITHIN 90 THRESHOLD 0.3")
+    assert_same(text, streams, events, groups=4, seed=25, late=True)
 
 
 def test_keyed_lossy_group_sleeps_and_wakes_to_release_waiting_matches():
