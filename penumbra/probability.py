@@ -157,13 +157,16 @@ def stime_block(a: HistogramBlock, b: HistogramBlock, delta: float, *, earliest:
     def g(x: np.ndarray) -> np.ndarray:
         return p_geq_block(a, b, -x)
 
-    # g(breaks[0]) = 1 and g(breaks[-1]) = 0: keep lo before the crossing, hi after it.
+    # g(breaks[0]) = 1 and g(breaks[-1]) = 0: keep lo before the crossing, hi after it. A
+    # value within rounding of delta reaches it (as :func:`meets` decides a pair): where g is
+    # flat at delta, its computed value may fall a rounding below or above, and the latest
+    # (earliest) time must still be the end (start) of the flat part, not a breakpoint before
     lo = np.zeros(pairs, dtype=np.intp)
     hi = np.full(pairs, breaks.shape[0] - 1, dtype=np.intp)
     while np.any(hi - lo > 1):
         mid = (lo + hi) // 2
         value = g(breaks[mid, rows])
-        before = value > delta if earliest else value >= delta
+        before = value > delta + ROUNDING if earliest else value >= delta - ROUNDING
         lo = np.where(before, mid, lo)
         hi = np.where(before, hi, mid)
     x0, x1 = breaks[lo, rows], breaks[hi, rows]
@@ -171,7 +174,10 @@ def stime_block(a: HistogramBlock, b: HistogramBlock, delta: float, *, earliest:
     # g(x0 + s (x1 - x0)) = qa s^2 + qb s + g0 on s in [0, 1].
     qa = 2.0 * (g1 + g0 - 2.0 * gm)
     qb = g1 - g0 - qa
-    s = np.where(g0 <= delta, 0.0, _unit_roots(qa, qb, g0 - delta))
+    s = _unit_roots(qa, qb, g0 - delta)
+    # a crossing at a breakpoint is the breakpoint itself (near a tangent, the root formula
+    # would move it by the square root of a rounding)
+    s = np.where(g0 <= delta + ROUNDING, 0.0, np.where(g1 >= delta - ROUNDING, 1.0, s))
     return x0 + s * (x1 - x0) + b_edges[-1]
 
 

@@ -250,6 +250,29 @@ def test_earliest_stime_on_a_plateau_takes_the_first_time():
     assert stime(h_i, h_j, 0.0, earliest=True) == pytest.approx(10.0 + 1.0, abs=1e-9)
 
 
+@pytest.mark.parametrize("h_i, h_j, delta, earliest, expected", [
+    # flat at 0.5 for x in [2, 3]: the kernel gives 0.49999999999999994 at x = 3
+    ([[-2, 2, 5, 6, 8, 11], [0, 0, .5, 0, .5]], [[4, 5], [1.0]], 0.5, False, 8.0),
+    # touches 0.5 at x = 14 only, past a zero-probability bucket
+    ([[10, 13, 15, 19, 22, 23], [.5, 0, .125, .125, .25]], [[-6, -5, -2, -1, 1], [0, 0, 0, 1.0]], 0.5, False, 15.0),
+    # flat at 0.625 from x = 15 (earliest): the first time it no longer exceeds it
+    ([[10, 13, 16, 17, 20, 22, 24], [.375, 0, .25, .25, .125, 0]], [[-2, -1, 1], [1.0, 0]], 0.625, True, 16.0),
+    ([[0, 4, 8, 11, 13, 15], [0, .05, 0, 0, .95]], [[0, 4, 5, 9, 10], [1.0, 0, 0, 0]], 0.95, True, 18.0),
+])
+def test_stime_where_the_probability_is_flat_at_delta_to_a_rounding(h_i, h_j, delta, earliest, expected):
+    """Where the probability is delta on a plateau (or touches it), its computed value may
+    fall a rounding on either side: the time is still the plateau's end (latest) or start
+    (earliest), as the oracle places it, not a breakpoint before or after."""
+    h_i, h_j = Histogram(*h_i), Histogram(*h_j)
+    at = oracle(h_i, h_j, h_j.hi - expected)
+    assert at == pytest.approx(delta, abs=1e-9)
+    if earliest:
+        assert oracle(h_i, h_j, h_j.hi - (expected - 0.01)) > delta + 1e-9
+    else:
+        assert oracle(h_i, h_j, h_j.hi - (expected + 0.01)) < delta - 1e-9
+    assert stime(h_i, h_j, delta, earliest=earliest) == pytest.approx(expected, abs=1e-9)
+
+
 @settings(max_examples=200, deadline=None)
 @given(histograms(), histograms(), st.floats(0.0, 0.98))
 def test_earliest_stime_is_the_first_time_that_no_longer_exceeds(h_i, h_j, delta):

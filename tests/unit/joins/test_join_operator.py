@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import zlib
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -642,3 +643,50 @@ def test_a_probability_equal_to_the_threshold_meets_it(strategy, base):
               parse_event({"stream": "sb", "id": "b", "ts": {"lo": base + 0.5, "hi": base + 1.5}}, streams)]
     matches = list(op.feed(events).matches) + list(op.flush().matches)
     assert [(m.events, round(m.prob, 12)) for m in matches] == [({"A": "a", "B": "b"}, 0.1)]
+
+
+FLAT_AT_THE_THRESHOLD = [
+    # (templates of S, of T, max delay, window, threshold, events in arrival order: stream, id, detected)
+    ({"u": [[-2, 2, 5, 6, 8, 11], [0, 0, .5, 0, .5]]}, {"v": [[4, 5], [1]]}, 10, 13, 0.5,
+     [("s", "a1", 100), ("t", "b1", 109.5)]),
+    ({"u": [[10, 13, 16, 17, 20, 22, 24], [.375, 0, .25, .25, .125, 0]]}, {"v": [[-2, -1, 1], [1, 0]]}, 50, 14, 0.375,
+     [("t", "b1", 8.5), ("s", "a1", 30)]),
+    # b1's last chance is a1 (arriving at the watermark's edge): Theorem 4 must keep it
+    ({"u": [[0, 4, 8, 11, 13, 15], [0, .05, 0, 0, .95]]}, {"v": [[0, 4, 5, 9, 10], [1, 0, 0, 0]]}, 10, 15, 0.05,
+     [("t", "b1", 0), ("t", "b2", 21.5), ("s", "a1", 11.5)]),
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", range(len(FLAT_AT_THE_THRESHOLD)))
+def test_a_pair_exactly_at_the_threshold_on_a_flat_template_curve_matches_in_every_strategy(strategy, case):
+    """Templates with zero-probability buckets make the probability flat in time; a pair
+    whose exact probability (rational arithmetic over the resolved histograms) equals the
+    threshold meets it in every strategy and block size, though the satisfaction times of
+    Theorems 2 and 4 sit where the computed probability falls a rounding either side."""
+    from tests.oracle import p_within_exact
+
+    templates_s, templates_t, delay, d, threshold, arrivals = FLAT_AT_THE_THRESHOLD[case]
+    streams = parse_streams({name: {"templates": {k: {"edges": e, "probs": p} for k, (e, p) in templates.items()},
+                                    "max_delay": delay}
+                             for name, templates in (("S", templates_s), ("T", templates_t))})
+    events = [parse_event({"stream": s, "id": i, "ts": {"detected": t, "template": "u" if s == "s" else "v"}}, streams)
+              for s, i, t in arrivals]
+    resolved = {}
+    for s, i, t in arrivals:
+        edges, probs = (templates_s["u"] if s == "s" else templates_t["v"])
+        resolved[i] = ([e + t - edges[-1] for e in edges], probs)
+    expected = {}
+    for a in (i for s, i, _ in arrivals if s == "s"):
+        for b in (i for s, i, _ in arrivals if s == "t"):
+            p = p_within_exact(*resolved[a], *resolved[b], d)
+            if p >= Fraction(threshold) - Fraction(1, 10 ** 12):
+                expected[a, b] = float(p)
+    assert expected, "the case should have a pair at its threshold"
+    for block in (1, 1000):
+        op = compile_query(f"SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} WITH THRESHOLD {threshold} "
+                           f"USING {strategy}", streams)
+        found, late = run(op, events, block)
+        found.update({(m.events["A"], m.events["B"]): m.prob for m in op.flush().matches})
+        assert not late and set(found) == set(expected), block
+        assert all(found[pair] == pytest.approx(expected[pair], abs=1e-9) for pair in expected)
