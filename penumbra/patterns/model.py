@@ -9,7 +9,9 @@ trimmed, so ``lo`` and ``hi`` bound the instants the event can really occur at.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Mapping
 
 import numpy as np
@@ -184,6 +186,8 @@ class CompiledPattern:
 
 
 def _window_steps(window: float, unit: float) -> int:
-    """W in grid steps: ``t_l - t_1 < W`` holds for grid instants iff their step difference is below this."""
-    steps = window / unit
-    return int(np.ceil(steps - 1e-9 * max(1.0, steps)))
+    """W in grid steps: ``t_l - t_1 < W`` holds for grid instants iff their step difference
+    is below this. W and the step are taken as the decimals they print as (what the query
+    and the streams wrote), so ``WITHIN 0.3`` on a grid of 0.1 is 3 steps and ``WITHIN
+    3.000000001`` on a grid of 1 admits a difference of 3."""
+    return math.ceil(Fraction(repr(float(window))) / Fraction(repr(float(unit))))

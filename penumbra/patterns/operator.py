@@ -277,6 +277,8 @@ class PatternOperator(Operator):
                 confidence, first, last = point_confidence(match.events, match.points, gaps)
             else:
                 confidence, first, last = chain_confidence(match.events, match.vlb, match.vub, window, gaps)
+            # a sum of products of probabilities may round past 1 (thirds: 1.0000000000000002)
+            confidence = min(1.0, confidence)
             if not confidence > 0 or (threshold is not None and not meets(confidence, threshold)):
                 self.counts["below_threshold"] += 1
                 continue

@@ -18,6 +18,7 @@ import math
 import operator
 import sys
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Iterable, Mapping
 
 from lark import Token, Transformer, v_args
@@ -124,8 +125,12 @@ class Duration(Expr):
                "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
 
     def seconds(self) -> float:
-        """The duration in seconds (a bare number counts as seconds)."""
-        return self.value * self.SECONDS[(self.unit or "s").lower()]
+        """The duration in seconds (a bare number counts as seconds): the decimal the
+        literal and its unit say, rounded once (``300 ms`` is 0.3, not 300 * 0.001)."""
+        factor = self.SECONDS[(self.unit or "s").lower()]
+        if factor == 1.0:
+            return self.value
+        return float(Fraction(repr(self.value)) * Fraction(repr(factor)))
 
 
 def _pos(meta) -> dict[str, int | None]:

@@ -1,7 +1,8 @@
 """One-source conditions over a block of events at once: the values of each attribute a
 condition reads become a numpy column, and numeric comparisons and arithmetic run on the
 columns, deciding exactly what :func:`~penumbra.query.ast.evaluate` decides event by event
-(anything else, strings or integers beyond 2**53, falls back to it for the block)."""
+(anything else, strings or integers beyond 2**53 read or computed, falls back to it for
+the block)."""
 
 from __future__ import annotations
 
@@ -108,5 +109,8 @@ def _value(expr: Expr, columns) -> tuple[np.ndarray, np.ndarray]:
         ok = left_ok & right_ok
         if expr.op in ("/", "%"):
             ok = ok & (right != 0)
-        return _ARITHMETIC[expr.op](left, right), ok
+        result = _ARITHMETIC[expr.op](left, right)
+        if expr.op != "/" and np.any(np.abs(np.where(ok, result, 0.0)) > _EXACT):
+            raise _PerEvent   # integers beyond 2**53: the evaluator's are exact, a float's are not
+        return result, ok
     raise _PerEvent

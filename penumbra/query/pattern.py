@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from lark import v_args
 
-from .ast import (Attr, Call, Compare, Duration, Expr, ExprBuilder, Var, attrs_of, check_evaluable, conjuncts,
+from .ast import (Attr, Call, Compare, Const, Duration, Expr, ExprBuilder, Var, attrs_of, check_evaluable, conjuncts,
                   equality_classes, variables_of)
 from .errors import QueryError
 
@@ -128,6 +128,7 @@ class PatternBuilder(ExprBuilder):
         steps: list[list[Expr]] = [[] for _ in variables]
         strategy = None
         keys: list[tuple[Attr, Attr]] = []
+        constants: list[tuple[Attr, Const]] = []
         for term in conjuncts(condition):
             if isinstance(term, Call) and term.name.casefold() in PATTERN_STRATEGIES:
                 if strategy is not None:
@@ -139,10 +140,14 @@ class PatternBuilder(ExprBuilder):
             if not used:
                 raise QueryError.at(term, "a condition must refer to a component's attribute")
             steps[max(order[v] for v in used)].append(term)
-            if (isinstance(term, Compare) and term.op == "=" and isinstance(term.left, Attr)
-                    and isinstance(term.right, Attr) and term.left.var != term.right.var):
-                keys.append((term.left, term.right))
-        _implied_equalities(keys, variables, steps)
+            if isinstance(term, Compare) and term.op == "=":
+                if isinstance(term.left, Attr) and isinstance(term.right, Attr) and term.left.var != term.right.var:
+                    keys.append((term.left, term.right))
+                elif isinstance(term.left, Attr) and isinstance(term.right, Const):
+                    constants.append((term.left, term.right))
+                elif isinstance(term.left, Const) and isinstance(term.right, Attr):
+                    constants.append((term.right, term.left))
+        _implied_equalities(keys, constants, variables, steps)
         window = _window(within)
         returned = tuple(variables)
         if returns is not None:
@@ -172,24 +177,34 @@ class PatternBuilder(ExprBuilder):
                             _partition(keys, variables))
 
 
-def _implied_equalities(keys: list[tuple[Attr, Attr]], variables: tuple[str, ...],
-                        steps: list[list[Expr]]) -> None:
+def _implied_equalities(keys: list[tuple[Attr, Attr]], constants: list[tuple[Attr, Const]],
+                        variables: tuple[str, ...], steps: list[list[Expr]]) -> None:
     """Add to ``steps`` the equalities the WHERE implies: with ``a.k = c.k AND b.k = c.k``,
-    ``b.k = a.k`` holds in every match and is checked at ``b``. A match is the same with or
-    without them; what changes is skip_till_next_match's "next" event, which is the next
-    one passing the conditions checkable at its component: an event that cannot share
-    the run's key is not next, whether the equalities are written as a chain, in another
-    order or through a later component (and an equality chain that partitions the state
-    decides the same)."""
+    ``b.k = a.k`` holds in every match and is checked at ``b``; with ``b.k = c.k AND c.k =
+    1``, ``b.k = 1`` is checked at ``b``. A match is the same with or without them; what
+    changes is skip_till_next_match's "next" event, which is the next one passing the
+    conditions checkable at its component: an event that cannot share the run's key is
+    not next, whether the equalities are written as a chain, in another order, through a
+    later component or a constant (and an equality chain that partitions the state
+    decides the same). A written equality counts only for the attributes it names: ``a.j
+    = b.j`` does not make ``b.k = a.k`` known at ``b``."""
     order = {v: j for j, v in enumerate(variables)}
-    written = {frozenset((left.var, right.var)) for left, right in keys}
+    written = {frozenset(((left.var, left.name), (right.var, right.name))) for left, right in keys}
+    pinned = {(attr.var, attr.name) for attr, _ in constants}
     for members in equality_classes(keys):
         bound = sorted(members, key=order.__getitem__)
         for later in bound[1:]:
-            if any(frozenset((earlier, later)) in written for earlier in bound[:bound.index(later)]):
-                continue
-            first = bound[0]
-            steps[order[later]].append(Compare("=", Attr(later, members[later][0]), Attr(first, members[first][0])))
+            if not any(frozenset(((earlier, mine), (later, theirs))) in written
+                       for earlier in bound[:bound.index(later)] for mine in members[earlier]
+                       for theirs in members[later]):
+                first = bound[0]
+                steps[order[later]].append(Compare("=", Attr(later, members[later][0]),
+                                                   Attr(first, members[first][0])))
+        value = next((const for attr, const in constants if attr.name in members.get(attr.var, ())), None)
+        if value is not None:
+            for var in bound:
+                if not any((var, name) in pinned for name in members[var]):
+                    steps[order[var]].append(Compare("=", Attr(var, members[var][0]), value))
 
 
 def _check_names(term: Expr, order: dict[str, int]) -> None:

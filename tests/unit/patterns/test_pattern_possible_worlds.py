@@ -153,3 +153,37 @@ def test_skip_till_next_takes_the_equalities_the_where_implies(method):
         assert matches(abc, where) == [("a", "by", "c")], where
     assert matches(abc + [("D", "e")], "a.k = c.k AND b.k = c.k") == [("a", "by", "c", "d")]
     assert matches(abc, "a.k = c.k AND b.k + 0 = c.k") == []
+    # an equality between a and b on another attribute says nothing of k at b
+    assert matches(abc + [("D", "e")], "a.k = c.k AND b.k = c.k AND a.j = b.j".replace("j", "k2")) == []
+    with_j = [Event(e.stream, e.id, e.ts, {**e.attrs, "j": 1}) for e in events]
+    events[:] = with_j
+    assert matches(abc + [("D", "e")], "a.k = c.k AND b.k = c.k AND a.j = b.j") == [("a", "by", "c", "d")]
+    # nor do constants stop the chain: b.k = c.k and c.k = 1 make b.k = 1 known at b
+    assert matches(abc, "b.k = c.k AND c.k = 1 AND a.k = 1") == [("a", "by", "c")]
+    assert matches(abc, "b.k = c.k AND 1 = c.k") == [("a", "by", "c")]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_window_is_the_decimal_the_query_wrote(method):
+    """A at 0, B at 3: t_b - t_a = 3 < W for W = 3.000000001 (or 3000.000001 ms), not for
+    W = 3 (or 3000 ms)."""
+    streams = Streams([StreamParams("A", pi=1), StreamParams("B", pi=1)])
+    events = [Event("A", "a", Interval(0, 0)), Event("B", "b", Interval(3, 3))]
+
+    def found(within):
+        operator = build_operator(parse(f"PATTERN SEQ(A a, B b) WITHIN {within} USING {method}"), streams)
+        return [m.prob for m in operator.feed(events).matches + operator.flush().matches]
+
+    assert found("3.000000001") == found("3000.000001 ms") == [1.0]
+    assert found("3") == found("3000 ms") == found("0.05 min") == []
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_confidence_summed_from_thirds_is_at_most_one(method):
+    """b0 at 5..7 and b1 at 9..11: every world puts b0 first within the window, so the
+    confidence is 1, though nine products of thirds add up to 1.0000000000000002."""
+    streams = Streams([StreamParams("B", pi=3)])
+    events = [Event("B", "b0", Interval(5, 7)), Event("B", "b1", Interval(9, 11))]
+    operator = build_operator(parse(f"PATTERN SEQ(B a, B b) WITHIN 8 USING {method}"), streams)
+    assert [(m.events, m.prob) for m in operator.feed(events).matches + operator.flush().matches] == \
+        [({"a": "b0", "b": "b1"}, 1.0)]
