@@ -13,6 +13,7 @@ import functools
 import gc
 import itertools
 import json
+import math
 import operator
 import threading
 from pathlib import Path
@@ -49,11 +50,42 @@ class Rejected(NamedTuple):
         return f"line {self.line}: {self.error}"
 
 
+class _Constant(Exception):
+    """NaN, Infinity or -Infinity met by the strict decoder."""
+
+
 def _reject_constant(name: str):
-    raise ValidationError("", f"{name} is not allowed in JSON input")
+    raise _Constant(name)
 
 
 _STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_LENIENT_DECODER = json.JSONDecoder()
+
+
+def _constant_error(text: str, name: str) -> ValidationError:
+    """The error for a NaN or an Infinity in ``text``, naming the field where the first
+    stands (``ts.lo``, ``attrs.v``, ``ts.edges[2]``)."""
+    try:
+        path = _non_finite_path(_LENIENT_DECODER.decode(text))
+    except (ValueError, RecursionError):
+        path = None
+    return ValidationError(path or "", f"{name} is not allowed in JSON input (a number must be finite)")
+
+
+def _non_finite_path(value: Any, path: str = "") -> str | None:
+    if isinstance(value, float):
+        return path if not math.isfinite(value) else None
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return None
+    for where, item in items:
+        found = _non_finite_path(item, where)
+        if found is not None:
+            return found
+    return None
 
 
 def loads(text: str | bytes) -> Any:
@@ -68,6 +100,8 @@ def loads(text: str | bytes) -> Any:
         raise ValidationError("", "invalid JSON at column 1: Unexpected UTF-8 BOM (decode using utf-8-sig)")
     try:
         return _STRICT_DECODER.decode(text)
+    except _Constant as constant:
+        raise _constant_error(text, str(constant)) from None
     except json.JSONDecodeError as error:
         raise ValidationError("", f"invalid JSON at column {error.colno}: {error.msg}") from None
     except RecursionError:

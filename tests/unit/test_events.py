@@ -221,8 +221,11 @@ def test_integers_stay_exact(streams, number):
 
 
 @pytest.mark.parametrize("text,field,words", [
-    ('{"stream": "s", "id": "a", "ts": {"lo": NaN, "hi": 1}}', "", "NaN is not allowed"),
-    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": -Infinity}}', "", "-Infinity is not allowed"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": NaN, "hi": 1}}', "ts.lo", "NaN is not allowed"),
+    ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": -Infinity}}', "ts.hi", "-Infinity is not allowed"),
+    ('{"stream": "s", "id": "a", "ts": {"edges": [0, Infinity], "probs": [1]}}', "ts.edges[1]", "Infinity is not"),
+    ('{"stream": "s", "id": "a", "attrs": {"v": [1, NaN]}, "ts": {"lo": 0, "hi": 1}}', "attrs.v[1]", "NaN is not"),
+    ('[NaN]', "[0]", "NaN is not allowed"),
     ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1e999}}', "ts.hi", "must be finite"),
     ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1' + "0" * 400 + '}}', "ts.hi", "beyond the range of a float"),
     ('{"stream": "s", "id": "a", "ts": {"lo": 0, "hi": 1' + "0" * 5000 + '}}', "", "invalid JSON"),
