@@ -311,6 +311,7 @@ class Router:
         # the clock of every unit from all the events of its streams; one computation
         # serves every unit with the same streams and parameters (registry.clock_keys)
         clocks: dict[Any, Clock] = {}
+        priors: dict[Any, np.ndarray] = {}
         earlier: dict[str, float] = {}      # a unit's watermark from the partition's chunks before this one
         for unit_id, unit in registry.units.items():
             if all(query.entry["id"] in broken for query in unit.members):
@@ -321,9 +322,13 @@ class Router:
             key = registry.clock_keys[unit_id]
             try:
                 if key not in clocks:
-                    # a join reads its sides' streams of the partition's columns itself
-                    clocks[key] = unit.lead.clocker.clock_of(
-                        columns if unit.plan is not None else [e for r in read for e in r.events()])
+                    if unit.plan is not None:
+                        # a join reads its sides' streams of the partition's columns itself,
+                        # and gives each event the clock of the events before it, all keys
+                        # (the clocks of the partitions before this one join it in the stateful step)
+                        priors[key], clocks[key] = unit.lead.clocker.time_of(columns)
+                    else:
+                        clocks[key] = unit.lead.clocker.clock_of([e for r in read for e in r.events()])
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                 for query in unit.members:
                     broken.setdefault(query.entry["id"], failure(error))
@@ -335,23 +340,17 @@ class Router:
             unit_id = registry.unit_of.get(query_id)
             if unit_id is not None and all(q.entry["id"] in broken for q in registry.units[unit_id].members):
                 self.clocks.pop(unit_id, None)
-        priors: dict[Any, np.ndarray] = {}
         for (unit_id, group), parts in blocks.items():
             unit = registry.units[unit_id]
             if all(q.entry["id"] in broken for q in unit.members):
                 continue
             # in arrival order; a join plan takes its events as columns, built here where they
-            # are parsed, each with the clock of the partition's events before it, all keys
-            # (the clocks of the partitions before this one join it in the stateful step);
-            # other queries take the JSON lines
+            # are parsed, each with its prior clock; other queries take the JSON lines
             block = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
             block_seqs = seqs[block].tolist()
             if unit.plan is not None:
-                key = registry.clock_keys[unit_id]
-                if key not in priors:
-                    priors[key] = unit.lead.clocker.clocks_before(columns)
-                data = pack_columns(block_seqs, columns.take(block), np.maximum(priors[key][block], earlier[unit_id]),
-                                    self.first)
+                prior = np.maximum(priors[registry.clock_keys[unit_id]][block], earlier[unit_id])
+                data = pack_columns(block_seqs, columns.take(block), prior, self.first)
             else:
                 data = pack(block_seqs, [events_in[kept_list[row]][3] for row in block.tolist()])
             rows.append((unit_id, group, block_seqs[0], "b", data, None, version,

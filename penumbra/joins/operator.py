@@ -618,14 +618,9 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
     def clock_of(self, events: Sequence[Event] | EventColumns) -> dict[str, float]:
         """The largest max time of the events either side admits (late ones lie below
         the watermark anyway, so the figure needs no state)."""
-        watermark = -math.inf
         if isinstance(events, EventColumns):
-            for side in self.sides:
-                mine = events.rows_of(side.stream)
-                admitted = mine[self._admit_columns(side, events, mine)[0] > -2] if len(mine) else mine
-                if len(admitted):
-                    watermark = max(watermark, float(events.block.hi[admitted].max()))
-            return {"watermark": watermark} if watermark > -math.inf else {}
+            return self.time_of(events)[1]
+        watermark = -math.inf
         reading: dict[str, list[int]] = {}
         for event in events:
             for k in self._reading(event.stream, reading):
@@ -639,13 +634,17 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         either side admits or filters out (-inf for none): the part of the watermark it
         meets that the block gives (see :meth:`_arrive`; a host computes it over a whole
         micro-batch and gives each key group its events' share, :meth:`feed`'s ``prior``)."""
-        columns = events if isinstance(events, EventColumns) else EventColumns.from_events(events)
+        return self.time_of(events if isinstance(events, EventColumns) else EventColumns.from_events(events))[0]
+
+    def time_of(self, columns: EventColumns) -> tuple[np.ndarray, dict[str, float]]:
+        """:meth:`clocks_before` and :meth:`clock_of` of a block's columns, in one pass."""
         moves = np.zeros(len(columns), dtype=bool)
         for side in self.sides:
             mine = columns.rows_of(side.stream)
             if len(mine):
                 moves[mine[self._admit_columns(side, columns, mine)[0] > -2]] = True
-        return _running_before(columns.block.hi, moves)[0]
+        before, last = _running_before(columns.block.hi, moves)
+        return before, ({"watermark": last} if last > -math.inf else {})
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
         watermark = clock.get("watermark", -math.inf)
