@@ -185,6 +185,10 @@ class Sink:
         observations: dict[str, dict[int, dict]] = defaultdict(dict)
         states: dict[str, dict[int, dict | None]] = defaultdict(dict)
         dead, ended = [], []
+        # an event that reaches several key groups (roles keyed on different attributes, or
+        # a role not keyed) is judged by each alike: each report counts once, as many times
+        # as one group makes it (once a side), as one operator fed every event would
+        late_reports: dict[tuple[str, str, str, str], dict[int, int]] = {}
         failed: dict[str, dict] = {}
         for query, group, kind, data, raw in zip(rows["qid"], rows["grp"], rows["kind"], rows["data"], rows["raw"]):
             group = int(group)
@@ -197,7 +201,8 @@ class Sink:
                 states[query][group] = None if info.get("dropped") else info
             elif kind == "l":
                 late = json.loads(data)
-                dead.append(late_letter(query, late["stream"], late["id"], late["reason"], now))
+                by_group = late_reports.setdefault((query, late["stream"], late["id"], late["reason"]), {})
+                by_group[group] = by_group.get(group, 0) + 1
             elif kind == "r":
                 rejected = json.loads(data)
                 dead.append(rejected_letter(rejected["reason"], raw if raw is not None else b"", now,
@@ -208,6 +213,8 @@ class Sink:
             elif kind == "f":
                 failure = json.loads(data)
                 failed.setdefault(failure["query"], failure)
+        for (query, stream, event_id, reason), by_group in late_reports.items():
+            dead += [late_letter(query, stream, event_id, reason, now) for _ in range(max(by_group.values()))]
         self._quarantine(failed, batch_id)
         if self.archive is not None:
             # before the batch's transaction: a crash in between writes the same files again

@@ -16,7 +16,7 @@ import time
 
 from penumbra.engine import compile_query
 from penumbra.errors import PenumbraError
-from penumbra.events import Streams, load_events, load_streams
+from penumbra.events import Streams, event_to_json, load_events, load_streams
 
 from .common import UsageError, read_text
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         more = f" (and {len(rejected) - 1} more bad lines)" if len(rejected) > 1 else ""
         raise UsageError(f"{args.events}:{first.line}: {first.error}{more}")
     if args.engine == "spark":
-        return _spark(args, text, streams)
+        return _spark(args, text, streams, events)
 
     started = time.perf_counter()
     out = sys.stdout
@@ -99,14 +99,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spark(args: argparse.Namespace, text: str, streams: Streams) -> int:
+def _spark(args: argparse.Namespace, text: str, streams: Streams, events: list) -> int:
     """The same query through the Spark pipeline: a private Redis and job, same output."""
     try:
         from .pipeline import PipelineError, evaluate
     except ImportError as error:
         raise UsageError(f"--engine spark needs the Spark extra (pip install 'penumbra[spark]'): {error}") from None
-    with open(args.events, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle if line.strip()]
+    # the events the local engine reads (a repeated identity once), so that both cut the
+    # same blocks
+    lines = [json.dumps(event_to_json(event)) for event in events]
     try:
         # the local engine's blocks: an event beyond its max delay is late alike in both
         matches, stats = evaluate(text, streams.to_json(), lines, batch_rows=args.block_size or DEFAULT_BLOCK)

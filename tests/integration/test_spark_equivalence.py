@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from contract.entries import read_dead
 from penumbra.engine import build_operator
+from penumbra.events import parse_event, parse_streams
 from penumbra.query import parse
 from tests.unit.joins.test_join_operator import brute_force, workload
 from tests.unit.test_keyed import pattern_events, rekeyed, store_events
@@ -94,6 +96,26 @@ def test_keyed_join_late_events(pipeline):
         late = Counter()
         assert_equal(found[query_id], local(text, streams, events, late=late), text)
         assert sum(late.values()) > 50 and late_letters(pipeline, query_id) == late
+
+
+def test_a_self_join_keyed_on_two_attributes_reports_each_late_event_once_a_side(pipeline):
+    """An event plays A keyed by x and B keyed by y, so it reaches two key groups, and
+    both judge it: the job still reports it late once for each side, as one operator does."""
+    rng = np.random.default_rng(6)
+    streams = parse_streams({"S": {"pi": 6.0, "max_delay": 10.0}})
+    raw = []
+    for i in range(400):
+        t = i * 1.5 + rng.uniform(-1, 1)
+        delay = 25.0 if rng.random() < 0.1 else rng.uniform(0, 10)
+        raw.append((t + delay, {"stream": "S", "id": f"s{i}", "ts": {"lo": round(t - 4, 2), "hi": round(t, 2)},
+                                "attrs": {"x": int(rng.integers(0, 6)), "y": int(rng.integers(0, 6))}}))
+    events = [parse_event(obj, streams) for _, obj in sorted(raw, key=lambda item: item[0])]
+    text = "SELECT * FROM S A, S B WHERE WINDOW(A, B) = 6 AND A.x = B.y WITH THRESHOLD 0.2"
+    query_id = pipeline.query_id()
+    found = pipeline.run(stream_params(streams), {query_id: text}, events)
+    late = Counter()
+    assert_equal(found[query_id], local(text, streams, events, late=late), text)
+    assert late and max(late.values()) == 2 and late_letters(pipeline, query_id) == late
 
 
 def test_patterns_and_lossy_late_events_in_the_same_blocks(pipeline):

@@ -69,14 +69,16 @@ def test_spark_engine_prints_the_local_engines_matches(example):
 
 def test_spark_engine_cuts_the_local_engines_blocks(tmp_path):
     """Events beyond their max delay, which a pattern judges late at a block's end: both
-    engines cut the input in the same blocks (``--block-size``), so they print the same
-    matches and leave out the same events."""
+    engines cut the input in the same blocks (``--block-size``, of the events read, a
+    repeated line once), so they print the same matches and leave out the same events."""
     from penumbra.events import event_to_json
     from tests.unit.test_keyed import pattern_events
 
     streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
     (tmp_path / "streams.json").write_text(json.dumps(streams.to_json()))
-    (tmp_path / "events.jsonl").write_text("".join(json.dumps(event_to_json(e)) + "\n" for e in events))
+    # the second line repeats the first (one event, taken once): the blocks are cut after it
+    lines = [json.dumps(event_to_json(e)) for e in events]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines[:1] + lines) + "\n")
     query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
              "AND skip_till_next_match(a, b, c) WITHIN 30")
 
