@@ -213,8 +213,11 @@ class Sink:
             elif kind == "f":
                 failure = json.loads(data)
                 failed.setdefault(failure["query"], failure)
+        not_processed: dict[str, dict[str, int]] = defaultdict(lambda: {"late": 0, "rejected": 0})
         for (query, stream, event_id, reason), by_group in late_reports.items():
-            dead += [late_letter(query, stream, event_id, reason, now) for _ in range(max(by_group.values()))]
+            times = max(by_group.values())
+            dead += [late_letter(query, stream, event_id, reason, now) for _ in range(times)]
+            not_processed[query]["late" if reason.startswith("late:") else "rejected"] += times
         self._quarantine(failed, batch_id)
         if self.archive is not None:
             # before the batch's transaction: a crash in between writes the same files again
@@ -232,6 +235,9 @@ class Sink:
                 groups[group] = {"state": state_part(observed), **(states[query].get(group) or {})}
             record = combine([{k: v for k, v in o.items() if k in PER_BLOCK} for o in by_group.values()]
                              + [g["state"] for g in groups.values()])
+            if "counters" in record:
+                # the groups' own counts take an event that reached several of them once a group
+                record["counters"].update(not_processed.get(query, {"late": 0, "rejected": 0}))
             record.update(groups=len(groups), ran=len(by_group),
                           snapshot_bytes=sum(g.get("snapshot_bytes", 0) for g in groups.values()))
             pipe.xadd(keys.observations(query), observation_entry(record, batch_id), maxlen=self.obs_maxlen,

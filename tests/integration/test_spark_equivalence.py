@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from contract.entries import read_dead
+from contract.entries import read_dead, read_observation
 from penumbra.engine import build_operator
 from penumbra.events import parse_event, parse_streams
 from penumbra.query import parse
@@ -116,6 +116,12 @@ def test_a_self_join_keyed_on_two_attributes_reports_each_late_event_once_a_side
     late = Counter()
     assert_equal(found[query_id], local(text, streams, events, late=late), text)
     assert late and max(late.values()) == 2 and late_letters(pipeline, query_id) == late
+    # and the query's counters count each of them once a side too
+    counted = Counter()
+    for entry_id, fields in pipeline.client.xrange(pipeline.keys.observations(query_id)):
+        counted.update(read_observation(entry_id, fields)["observations"].get("counters", {}))
+    assert counted["late"] == sum(n for (_, _, reason), n in late.items() if reason.startswith("late:"))
+    assert counted["rejected"] == sum(late.values()) - counted["late"]
 
 
 def test_patterns_and_lossy_late_events_in_the_same_blocks(pipeline):
