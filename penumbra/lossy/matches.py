@@ -7,6 +7,14 @@ component's NAQ in its interval as soon as the predicates on it can be evaluated
 applying each non-trivial predicate as soon as its components are bound. Predicates on
 a missed component use its DEFAULT values.
 
+An imprecise event comes to a state once per instant of its support, but a path takes
+it once: a path holding one (*vague*) stands for every path of its events' instants, so
+their number does not multiply with the events' widths. Its time at each state is the
+latest instant found there (the bound for the state before it), its ``t_last`` the
+earliest instant of its last event (the window's bound), its score an upper bound over
+its instants, and no negative breaks it while it is built: at V_1 it is decided over its
+possible worlds (:mod:`.worlds`), exactly, like every path an imprecise event touches.
+
 :class:`MatchGeneration`, mixed into :class:`~.operator.LossyOperator`, reads the
 operator's queues, scoring tables and clause plans (:mod:`.plan`), and keeps its
 totals, waiting matches and gap samples.
@@ -27,9 +35,12 @@ from ..probability import meets
 from ..query.ast import evaluate
 from .plan import ClausePlan, Literal, NegativeCheck
 from .queues import NO_KEY
-from .worlds import TooManyWorlds
+from .worlds import _IDENTITY, TooManyWorlds
 
 __all__ = ["MatchGeneration"]
+
+#: Most (path, queue entry) pairs one extension lays out at once; more go in slices of paths.
+EXPAND_LIMIT = 1 << 20
 
 
 @dataclass
@@ -38,7 +49,8 @@ class _Paths:
     back to V_j, j = ``states[-1]``. Per path: the last arrival's time and hash key, the
     score so far, and the time and event at each observed state; shared: the clause's
     predicates not yet applied and the negative searches waiting for their predicates'
-    components (each with its interval per path)."""
+    components (each with its interval per path), and whether each path is vague (holds
+    an imprecise event and stands for its instants)."""
 
     states: tuple[int, ...]
     t_last: np.ndarray
@@ -47,6 +59,7 @@ class _Paths:
     times: dict[int, np.ndarray]
     events: dict[int, np.ndarray]
     literals: tuple[Literal, ...]
+    vague: np.ndarray
     negatives: tuple[tuple[int, np.ndarray, np.ndarray], ...] = ()
 
     def __len__(self) -> int:
@@ -55,7 +68,7 @@ class _Paths:
     def take(self, rows: np.ndarray) -> _Paths:
         return replace(self, t_last=self.t_last[rows], key=self.key[rows], score=self.score[rows],
                        times={s: t[rows] for s, t in self.times.items()},
-                       events={s: e[rows] for s, e in self.events.items()},
+                       events={s: e[rows] for s, e in self.events.items()}, vague=self.vague[rows],
                        negatives=tuple((k, lo[rows], hi[rows]) for k, lo, hi in self.negatives))
 
 
@@ -63,17 +76,17 @@ class MatchGeneration:
     """Backward match generation: emits the matches and learns the gaps they observed,
     and holds back those that wait for the window of their trailing negatives to pass."""
 
-    def _generate(self, t: np.ndarray, key: np.ndarray, mask: np.ndarray, events: np.ndarray,
+    def _generate(self, t: np.ndarray, key: np.ndarray, mask: np.ndarray, events: np.ndarray, wide: np.ndarray,
                   out: BlockResult) -> None:
-        """Backward match generation from a block of arrivals at the last state, per clause."""
+        """Backward match generation from a block of arrivals at the last state (``wide``:
+        the arrival is an instant of an imprecise event), per clause."""
         last = len(self.positives) - 1
         emitted: dict = {}       # path identity -> True once emitted, or the clauses of its waiting match
         for plan in self.plans:
             rows = np.flatnonzero(mask >> plan.bit & 1)
             if len(rows):
-                paths = _Paths((last,), t[rows], key[rows], np.ones(len(rows)), {last: t[rows]},
-                               {last: events[rows]}, plan.literals)
-                self._walk(plan, paths, emitted, out)
+                self._walk(plan, _arrivals(last, t[rows], key[rows], events[rows], wide[rows], plan.literals),
+                           emitted, out)
 
     def _walk(self, plan: ClausePlan, paths: _Paths, emitted: dict, out: BlockResult) -> None:
         """Extend the paths from V_j back along every edge kept; complete them at V_1."""
@@ -82,30 +95,52 @@ class MatchGeneration:
             self._complete(plan, paths, emitted, out)
             return
         for i in self.incoming[j]:
-            longer = self._extend(plan, paths, i)
-            if len(longer):
-                self._walk(plan, longer, emitted, out)
+            for longer in self._extend(plan, paths, i):
+                if len(longer):
+                    self._walk(plan, longer, emitted, out)
 
-    def _extend(self, plan: ClausePlan, paths: _Paths, i: int) -> _Paths:
+    def _extend(self, plan: ClausePlan, paths: _Paths, i: int):
         """Extend each path, which starts at V_j (arrival t_b), to every arrival t_a in
         V_i's queue with t_last - W < t_a < t_b, the same key and the clause's trivial
         predicates, whose score times u_a reaches the threshold; then apply the
         predicates and negative searches that became possible (no negative of the run
-        in (t_a, t_b))."""
+        in (t_a, t_b)). Yields the longer paths, in slices when they are many."""
+        j = paths.states[-1]
+        queue = self.paqs[i]
+        start, stop = queue.find(paths.key, paths.t_last - self.window, paths.times[j])
+        counted = np.cumsum(stop - start)
+        total = int(counted[-1]) if len(counted) else 0
+        cuts = np.unique(np.searchsorted(counted, np.arange(EXPAND_LIMIT, total, EXPAND_LIMIT), side="right"))
+        bounds = [0, *cuts[(cuts > 0) & (cuts < len(paths))].tolist(), len(paths)]
+        for a, b in zip(bounds, bounds[1:]):
+            part = paths if (a, b) == (0, len(paths)) else paths.take(np.arange(a, b))
+            yield self._extended(plan, part, i, start[a:b], stop[a:b])
+
+    def _extended(self, plan: ClausePlan, paths: _Paths, i: int, start: np.ndarray, stop: np.ndarray) -> _Paths:
+        """:meth:`_extend` for the queue entries of ranks [start, stop) of each path."""
         j = paths.states[-1]
         queue = self.paqs[i]
         t_b = paths.times[j]
-        start, stop = queue.find(paths.key, paths.t_last - self.window, t_b)
         rows, entries = queue.entries(start, stop)
         satisfied = (queue.mask[entries] >> plan.bit & 1).astype(bool)
         rows, entries = rows[satisfied], entries[satisfied]
         t_a = queue.t[entries]
-        score = paths.score[rows] * self.score[i, j][t_b[rows] - t_a]
+        gap = t_b[rows] - t_a
+        vague = paths.vague[rows]
+        if vague.any():     # a vague path: the best the edge scores at a gap up to the latest instant's
+            factor = np.where(vague, self.reach[i, j][np.minimum(gap, self.window)],
+                              self.score[i, j][np.where(vague, 0, gap)])
+        else:
+            factor = self.score[i, j][gap]
+        score = paths.score[rows] * factor
         keep = meets(score * queue.bound[entries], self.threshold)
         self.totals["pruned_paths"] += len(keep) - int(np.count_nonzero(keep))
-        rows, entries, t_a = rows[keep], entries[keep], t_a[keep]
+        rows, entries, t_a, score, vague = rows[keep], entries[keep], t_a[keep], score[keep], vague[keep]
+        vague |= queue.wide[entries]
+        if vague.any():
+            rows, entries, t_a, score, vague = _collapse(rows, entries, t_a, score, vague, queue.event)
         longer = paths.take(rows)
-        longer = replace(longer, states=paths.states + (i,), score=score[keep],
+        longer = replace(longer, states=paths.states + (i,), score=score, vague=vague,
                          times={**longer.times, i: t_a}, events={**longer.events, i: queue.event[entries]},
                          negatives=longer.negatives + tuple((k, t_a, longer.times[j])
                                                             for k in self.run_negatives[i, j]))
@@ -135,7 +170,7 @@ class MatchGeneration:
             check = plan.negatives[k]
             if check.unimplied if check.needs <= observed else check.literals:
                 bindings = bindings or self._bindings(paths, complete)
-            rows = np.flatnonzero(keep)
+            rows = np.flatnonzero(keep & ~paths.vague)     # a vague path is decided over its worlds
             present = self._present(plan, check, k, paths.key[rows], lo[rows], hi[rows],
                                     bindings and [bindings[n] for n in rows.tolist()], observed)
             keep[rows[present]] = False
@@ -190,7 +225,8 @@ class MatchGeneration:
         that waited for missed components' defaults, leading negatives; then emit, or
         wait for the window of trailing negatives to pass. A path satisfying several
         clauses is reported once."""
-        score = paths.score * self.leading[paths.times[0] - (paths.t_last - self.window)]
+        lead = paths.times[0] - (paths.t_last - self.window)
+        score = paths.score * np.where(paths.vague, self.initial_bound, self.leading[np.where(paths.vague, 0, lead)])
         paths = replace(paths, score=score).take(meets(score, self.threshold))
         if self.vague_seen:
             paths = self._route(paths)
@@ -312,3 +348,44 @@ class MatchGeneration:
             if s in path and s - 1 in path and var in self.learned:
                 self.gap_samples[var].append(path[s][0] - path[s - 1][0])
                 self.sample_count += 1
+
+
+def _arrivals(last: int, t: np.ndarray, key: np.ndarray, events: np.ndarray, wide: np.ndarray,
+              literals: tuple[Literal, ...]) -> _Paths:
+    """The paths starting at V_l: one per precise arrival, and one per imprecise event for
+    all its instants arriving (its latest as its time, its earliest as t_last)."""
+    if not wide.any():
+        return _Paths((last,), t, key, np.ones(len(t)), {last: t}, {last: events}, literals, np.zeros(len(t), bool))
+    spread = np.flatnonzero(wide)
+    _, first, which = np.unique(_IDENTITY(events[spread]).astype(np.int64), return_index=True,
+                                return_inverse=True)
+    which = which.ravel()
+    earliest = np.full(len(first), np.iinfo(np.int64).max)
+    latest = np.full(len(first), np.iinfo(np.int64).min)
+    np.minimum.at(earliest, which, t[spread])
+    np.maximum.at(latest, which, t[spread])
+    rows = np.concatenate([np.flatnonzero(~wide), spread[first]])
+    precise = t[~wide]
+    times = np.concatenate([precise, latest])
+    vague = np.arange(len(rows)) >= len(precise)
+    return _Paths((last,), np.concatenate([precise, earliest]), key[rows], np.ones(len(rows)), {last: times},
+                  {last: events[rows]}, literals, vague)
+
+
+def _collapse(rows: np.ndarray, entries: np.ndarray, t_a: np.ndarray, score: np.ndarray, vague: np.ndarray,
+              event: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The extensions that are vague taken once per (path, event): the latest instant, the
+    best score; the others as they are."""
+    spread = np.flatnonzero(vague)
+    pairs = np.column_stack([rows[spread], _IDENTITY(event[entries[spread]]).astype(np.int64)])
+    _, first, which = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+    which = which.ravel()
+    latest = np.full(len(first), np.iinfo(np.int64).min)
+    best = np.zeros(len(first))
+    np.maximum.at(latest, which, t_a[spread])
+    np.maximum.at(best, which, score[spread])
+    plain = np.flatnonzero(~vague)
+    picked = spread[first]
+    return (np.concatenate([rows[plain], rows[picked]]), np.concatenate([entries[plain], entries[picked]]),
+            np.concatenate([t_a[plain], latest]), np.concatenate([score[plain], best]),
+            np.arange(len(plain) + len(picked)) >= len(plain))

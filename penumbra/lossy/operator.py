@@ -601,10 +601,11 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
             self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
+            wide = parts[rows[keep]] != 0      # instants of imprecise events
             if state < last:
-                self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep])
+                self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep], wide)
             else:
-                self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], out)
+                self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], wide, out)
         for k, state in self.anchor_of.items():
             rows, key, _ = selected[k]
             if vague:       # an imprecise negative's gap is not known

@@ -81,10 +81,12 @@ def expand(start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 class Queue:
     """Entries appended in time order, ``order`` sorting them by (key code, t); a
-    ``window`` W makes it a PAQ, with the columns mask, bound, run and before. Columns
-    hold spare capacity: entries are ``[0, len(queue))``."""
+    ``window`` W makes it a PAQ, with the columns mask, bound, run, before and wide (the
+    entry is one instant of an imprecise event). Columns hold spare capacity: entries are
+    ``[0, len(queue))``."""
 
-    __slots__ = ("size", "window", "t", "key", "event", "mask", "bound", "run", "before", "order", "compacted")
+    __slots__ = ("size", "window", "t", "key", "event", "mask", "bound", "run", "before", "wide", "order",
+                 "compacted")
 
     def __init__(self, window: int | None = None):
         self.size = 0
@@ -97,15 +99,23 @@ class Queue:
         self.bound = np.empty(0) if bounded else None
         self.run = np.empty(0) if bounded else None
         self.before = np.empty(0) if bounded else None
+        self.wide = np.empty(0, bool) if bounded else None
         self.order = np.empty(0, np.int64)
         self.compacted = 0
+
+    def __setstate__(self, state) -> None:
+        # a queue snapshotted before ``wide`` was kept holds precise entries only
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        if "wide" not in state[1]:
+            self.wide = None if self.window is None else np.zeros(len(self.t), bool)
 
     def __len__(self) -> int:
         return self.size
 
     def _columns(self) -> tuple[str, ...]:
         return ("t", "key", "event") if self.bound is None else \
-            ("t", "key", "event", "mask", "bound", "run", "before")
+            ("t", "key", "event", "mask", "bound", "run", "before", "wide")
 
     def _resize(self, capacity: int, drop: int = 0) -> None:
         """Move the entries from ``drop`` on to columns of ``capacity``."""
@@ -117,7 +127,7 @@ class Queue:
         self.size -= drop
 
     def push(self, t: np.ndarray, key: np.ndarray, event: np.ndarray,
-             mask: np.ndarray | None = None, bound: np.ndarray | None = None) -> None:
+             mask: np.ndarray | None = None, bound: np.ndarray | None = None, wide: np.ndarray | None = None) -> None:
         """Enqueue a block of entries, in time order and not older than any queued."""
         count = len(t)
         if not count:
@@ -127,7 +137,8 @@ class Queue:
         first = self.size
         by_key = np.argsort(key, kind="stable")           # by key, in time order within a key
         after = np.searchsorted(self.key[:first], key[by_key], side="right", sorter=self.order)
-        new = {"t": t, "key": key, "event": event, "mask": mask, "bound": bound}
+        new = {"t": t, "key": key, "event": event, "mask": mask, "bound": bound,
+               "wide": np.zeros(count, bool) if wide is None else wide}
         if bound is not None:
             new["run"], new["before"] = np.empty(count), np.empty(count)
             new["run"][by_key], new["before"][by_key] = self._maxima(t[by_key], key[by_key], bound[by_key], after)

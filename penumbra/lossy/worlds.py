@@ -322,12 +322,7 @@ class PossibleWorlds:
 
         def outside(name, event, ks) -> np.ndarray:
             if (name, ks) not in cache:
-                instants, probs = reading(event.ts)
-                inside = np.zeros((count, len(instants)), bool)
-                for k in ks:
-                    lo, hi = intervals[k]
-                    inside |= (instants[None, :] > lo[:, None]) & (instants[None, :] < hi[:, None])
-                cache[name, ks] = 1.0 - inside @ probs
+                cache[name, ks] = _outside(reading(event.ts), [intervals[k] for k in sorted(ks)], count)
             return cache[name, ks]
 
         union = np.zeros(count)
@@ -405,3 +400,34 @@ class PossibleWorlds:
             found = [e for e in found
                      if all(evaluate(expr, {**bindings, check.var: e.attrs}) is True for expr in literals)]
         return found
+
+
+def _outside(reading: tuple[np.ndarray, np.ndarray], intervals: list[tuple[Any, Any]], count: int) -> np.ndarray:
+    """Per combination, P(the event lies in none of the open ``intervals``), its instants and
+    their probabilities given. Intervals that share no integer (the runs of one match) add
+    up, each by the cumulative probabilities at its ends; otherwise the instants are marked
+    inside one by one. Exactly 0 where every instant is inside, 1 where none is."""
+    instants, probs = reading
+    spans: list[tuple[np.ndarray, np.ndarray]] = []
+    for lo, hi in intervals:
+        lo, hi = np.broadcast_to(lo, count), np.broadcast_to(hi, count)
+        if not any(np.array_equal(lo, a) and np.array_equal(hi, b) for a, b in spans):
+            spans.append((lo, hi))
+    disjoint = all(np.all(np.minimum(b1, b2) - np.maximum(a1, a2) <= 1)
+                   for (a1, b1), (a2, b2) in itertools.combinations(spans, 2))
+    if not disjoint:
+        inside = np.zeros((count, len(instants)), bool)
+        for lo, hi in spans:
+            inside |= (instants[None, :] > lo[:, None]) & (instants[None, :] < hi[:, None])
+        held = inside.sum(axis=1)
+        weight = inside @ probs
+    else:
+        cumulative = np.concatenate(([0.0], np.cumsum(probs)))
+        held, weight = np.zeros(count, np.int64), np.zeros(count)
+        for lo, hi in spans:
+            first = np.searchsorted(instants, lo, side="right")
+            stop = np.searchsorted(instants, hi, side="left")
+            inside = np.maximum(stop - first, 0)
+            held += inside
+            weight += np.where(inside > 0, cumulative[np.maximum(stop, first)] - cumulative[first], 0.0)
+    return np.where(held == 0, 1.0, np.where(held >= len(instants), 0.0, np.clip(1.0 - weight, 0.0, 1.0)))

@@ -271,3 +271,69 @@ def test_the_clock_a_host_shares_is_the_time_the_operator_takes():
     assert op.clock_of(block) == {"seen": 22.0}
     out = op.feed(block)
     assert [late.event.id for late in out.late] == ["w"] and op.seen == 22
+
+
+def in_order_within(spans: list[tuple[int, int]], window: int) -> float:
+    """P(t_1 < t_2 < ... < t_n and t_n - t_1 < window), each t_k uniform on the integers
+    of its span, independent: summed over every combination (numpy broadcasting)."""
+    grids = np.meshgrid(*[np.arange(lo, hi + 1) for lo, hi in spans], indexing="ij", sparse=True)
+    held = np.ones([hi - lo + 1 for lo, hi in spans], bool)
+    for a, b in zip(grids, grids[1:]):
+        held &= a < b
+    held &= grids[-1] - grids[0] < window
+    return held.sum() / held.size
+
+
+def test_wide_imprecise_reads_are_summed_exactly_not_path_by_path():
+    """Reads known to 100-160 instants: a path takes each read once, not once per instant
+    (which made 10^6 paths a match here), and the sums over worlds are exact. With every
+    read certain to be seen, a world holds the match exactly when its times are in order
+    inside the window."""
+    query = ("SEQUENCE(Shelf x, Aisle a, Exit z) WHERE x.tag = z.tag AND a.tag = x.tag "
+             "WITHIN 300 THRESHOLD 0.05")
+    spans = {"x1": (0, 119), "a1": (60, 219), "z1": (150, 299), "x2": (1000, 1099), "a2": (1050, 1199),
+             "z2": (1100, 1259), "a3": (1400, 1500), "z3": (1450, 1600)}
+    streams = {"shelf": "x", "aisle": "a", "exit": "z"}
+    events = sorted((ev(next(s for s, v in streams.items() if v == name[0]), name, lo, hi, tag=int(name[1]))
+                     for name, (lo, hi) in spans.items()), key=lambda e: e.ts.lo)
+    matches, late = run(query, events)
+    assert not late
+    found = {tuple(sorted(m.events.values())): m.prob for m in matches}
+    expected = {}
+    for n in ("1", "2"):
+        names = (f"a{n}", f"x{n}", f"z{n}")
+        expected[names] = in_order_within([spans[f"x{n}"], spans[f"a{n}"], spans[f"z{n}"]], 300)
+    assert all(p >= 0.05 for p in expected.values()) and set(found) == set(expected)
+    for names, prob in expected.items():
+        assert found[names] == pytest.approx(prob, abs=1e-12)
+
+
+def test_reads_too_wide_to_sum_are_reported_without_building_their_paths():
+    """Three reads of 1,500 instants each: 3.4 billion combinations a match, beyond what
+    the operator sums (COMBINATIONS). Each candidate match comes back in ``late`` with its
+    reason; built an instant at a time its paths alone would need tens of GiB."""
+    query = "SEQUENCE(Shelf x, Aisle a, Exit z) WHERE x.tag = z.tag WITHIN 5000 THRESHOLD 0.1"
+    events = []
+    for n in range(4):
+        for k, stream in enumerate(("shelf", "aisle", "exit")):
+            t = 3000 * n + 1000 * k
+            events.append(ev(stream, f"{stream}{n}", t, t + 1499, tag=n % 2))
+    matches, late = run(query, sorted(events, key=lambda e: e.ts.lo))
+    assert matches == []
+    assert late and all("combinations of instants" in item.reason for item in late)
+    # every candidate: an exit, its aisle read and shelf read of the same tag in the window
+    assert {item.event.id for item in late} == {"exit0", "exit1", "exit2", "exit3"}
+
+
+@pytest.mark.parametrize("width", [2, 9, 99])
+def test_a_negative_read_inside_in_every_world_breaks_every_world(width):
+    """A counter read of width + 1 equally likely instants (tenths do not add up to 1 in
+    floating point), every one strictly between the shelf read and the exit: no world
+    holds the match, so there is none even at the lowest threshold; moved to straddle
+    the exit, it breaks the share of worlds inside."""
+    query = SHOPLIFTING.replace("WITHIN 100 THRESHOLD 0.1", "WITHIN 1000 THRESHOLD 1e-13")
+    inside = [ev("shelf", "x1", 0), ev("counter", "y1", 1, 1 + width), ev("exit", "z1", 200)]
+    assert run(query, inside) == ([], [])
+    straddling = [ev("shelf", "x1", 0), ev("counter", "y1", 150, 150 + width), ev("exit", "z1", 151 + width // 2)]
+    matches, late = run(query, straddling)
+    assert not late and [m.prob for m in matches] == [pytest.approx(1 - (width // 2 + 1) / (width + 1), abs=1e-12)]
