@@ -344,7 +344,10 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         streams only, and only where Lemma 2 holds: ``d >= max(pi_A, pi_B)``)."""
         a, b = self.sides
         pis = [self._pi(a), self._pi(b)]
-        self.templates_apply = bool(a.templates and b.templates and None not in pis and self.d >= max(pis))
+        # (inequality 9 reads the tables at 1 - delta: below 2**-53 that rounds to 1, and every
+        # pair is probed exactly instead)
+        self.templates_apply = bool(a.templates and b.templates and None not in pis and self.d >= max(pis)
+                                    and 1.0 - self.floor < 1.0)
         self._threshold_tables()
         self.floor_tables = TemplateTables.build(a.templates, b.templates, self.floor) \
             if self.templates_apply else None

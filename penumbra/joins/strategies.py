@@ -173,7 +173,8 @@ class Strategies:
             self.totals["probed"] += len(probed)
             missed = probed[meets(probs[probed], self.floor) & ~meets(probs[probed], self.threshold)]
             self._near_misses(a, b, ia[missed], ib[missed], probs[missed], near)
-        hit = np.flatnonzero(meets(probs, self.threshold))
+        # (a pair of probability 0 is no match, also at a threshold within rounding of 0)
+        hit = np.flatnonzero(meets(probs, self.threshold) & (probs > 0))
         if len(hit):
             matches.append((a, ia[hit], b, ib[hit], probs[hit]))
 

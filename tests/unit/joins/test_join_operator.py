@@ -690,3 +690,22 @@ def test_a_pair_exactly_at_the_threshold_on_a_flat_template_curve_matches_in_eve
         found.update({(m.events["A"], m.events["B"]): m.prob for m in op.flush().matches})
         assert not late and set(found) == set(expected), block
         assert all(found[pair] == pytest.approx(expected[pair], abs=1e-9) for pair in expected)
+
+
+@pytest.mark.parametrize("threshold", ["1e-17", "1e-12"])
+@pytest.mark.parametrize("kind", ["templates", "mixed"])
+def test_a_threshold_within_rounding_of_zero_matches_every_pair_of_positive_probability(threshold, kind):
+    """Below 2**-53, 1 - delta rounds to 1 (Theorem 2's inequality 9 has no table then),
+    and at or below the rounding every pair of positive probability meets the threshold:
+    every strategy finds exactly the pairs the all-pairs join gives a positive
+    probability, and none of probability 0."""
+    streams, events = workload(71, kind, n=160, late_share=0.0)
+    expected, ambiguous, _ = brute_force(streams, events, 6.0, lambda position: 0.0)
+    expected = {pair: p for pair, p in expected.items() if p > 0}
+    assert len(expected) > 100
+    for strategy in STRATEGIES:
+        op = compile_query(f"SELECT * FROM S A, T B WHERE WINDOW(A, B) = 6 WITH THRESHOLD {threshold} "
+                           f"USING {strategy}", streams)
+        found, _ = run(op, events, 50)
+        assert min(found.values()) > 0
+        check(found, expected, ambiguous | {pair for pair, p in expected.items() if p < 1e-9})
