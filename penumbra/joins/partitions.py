@@ -43,13 +43,15 @@ def _built(spelling_a: tuple, spelling_b: tuple, delta: float) -> TemplateTables
 
 
 def certain_pairs(lo_a, hi_a, lo_b, hi_b, d: float) -> np.ndarray:
-    """Pairs whose join probability is exactly 1: every outcome is within ``d``."""
-    return (lo_b >= hi_a - d) & (hi_b <= lo_a + d)
+    """Pairs whose join probability is exactly 1: every outcome is within ``d``. (The
+    times are subtracted first, as the probability does: ``hi_a - d`` would round at
+    epoch seconds, a difference of two near times does not.)"""
+    return (lo_b - hi_a >= -d) & (hi_b - lo_a <= d)
 
 
 def void_pairs(lo_a, hi_a, lo_b, hi_b, d: float) -> np.ndarray:
     """Pairs whose join probability is exactly 0: the supports are at least ``d`` apart."""
-    return (hi_b <= lo_a - d) | (lo_b >= hi_a + d)
+    return (hi_b - lo_a <= -d) | (lo_b - hi_a >= d)
 
 
 @dataclass

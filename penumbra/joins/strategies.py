@@ -115,14 +115,22 @@ class Strategies:
             pi = target.longest()
         else:
             pi = _longest_per_key(target, kids[1], kids[0])
+        # the bounds round at large times (epoch seconds): the ranges are widened by that
+        # rounding, and the satisfaction range's pairs checked as the probability is, on
+        # the differences of the times
+        slack = 2 * np.spacing(np.abs(base.lo) + np.abs(base.hi) + self.d + pi)
         start, stop, sr_start, sr_stop = _searches(target.hi, kids, [
-            (base.lo - self.d, "right"), (base.hi + self.d + pi, "left"),
+            (base.lo - self.d - slack, "right"), (base.hi + self.d + pi + slack, "left"),
             (base.hi - self.d + pi, "left"), (base.lo + self.d, "right")])
         stop = np.maximum(stop, start)
         sr_start = np.clip(sr_start, start, stop)
         sr_stop = np.clip(sr_stop, sr_start, stop)
         certain = _range_pairs(sr_start, sr_stop)
-        uncertain = [_range_pairs(start, sr_start), _range_pairs(sr_stop, stop)]
+        sure = certain_pairs(base.lo[certain[0]], base.hi[certain[0]], target.lo[certain[1]], target.hi[certain[1]],
+                             self.d)
+        uncertain = [_range_pairs(start, sr_start), _range_pairs(sr_stop, stop),
+                     (certain[0][~sure], certain[1][~sure])]
+        certain = (certain[0][sure], certain[1][sure])
         base_index = np.concatenate([u[0] for u in uncertain])
         target_index = np.concatenate([u[1] for u in uncertain])
         if base_is_a:

@@ -709,3 +709,41 @@ def test_a_threshold_within_rounding_of_zero_matches_every_pair_of_positive_prob
         found, _ = run(op, events, 50)
         assert min(found.values()) > 0
         check(found, expected, ambiguous | {pair for pair, p in expected.items() if p < 1e-9})
+
+
+def uniforms_within(a: tuple[float, float], b: tuple[float, float], d: float) -> Fraction:
+    """P(|X - Y| <= d), X and Y uniform on the intervals, in exact rationals: the sum of two
+    uniforms has the CDF (h(r) - h(r - w_a) - h(r - w_b) + h(r - w_a - w_b)) / (w_a w_b),
+    h(u) = max(u, 0)^2 / 2."""
+    (a1, a2), (b1, b2), d = [tuple(map(Fraction, a)), tuple(map(Fraction, b)), Fraction(d)]
+    wa, wb = a2 - a1, b2 - b1
+
+    def below(t):       # P(X - Y <= t)
+        r = t - a1 + b2
+        h = [max(u, Fraction(0)) ** 2 / 2 for u in (r, r - wa, r - wb, r - wa - wb)]
+        return (h[0] - h[1] - h[2] + h[3]) / (wa * wb)
+
+    return below(d) - below(-d)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_nearly_certain_pair_at_epoch_seconds_is_not_rounded_to_certain(strategy):
+    """At 1.7e9 a float steps by 2.4e-7, so ``max(H_a) - d`` rounds; the supports' test
+    subtracts the times first, as the probability does. This pair's probability is
+    0.99991..., not 1: it matches at 0.9, not at 1 (nor do the millisecond-wide ones,
+    1 - 7e-9)."""
+    streams = parse_streams({"A": {"pi": 1, "max_delay": 10}, "B": {"pi": 1, "max_delay": 10}})
+    pairs = [((1700000000.0, 1700000000.0000048), (1699999999.9998877, 1699999999.9998925), 0.000117),
+             ((1700000012.0, 1700000012.001), (1700000011.9999957, 1700000012.0009956), 0.0010041)]
+    for (a_lo, a_hi), (b_lo, b_hi), d in pairs:
+        events = [parse_event({"stream": "A", "id": "a1", "ts": {"lo": a_lo, "hi": a_hi}}, streams),
+                  parse_event({"stream": "B", "id": "b1", "ts": {"lo": b_lo, "hi": b_hi}}, streams)]
+        exact = float(uniforms_within((a_lo, a_hi), (b_lo, b_hi), d))
+        assert 0.999 < exact < 1 - 1e-9
+        for threshold, expected in (("1.0", {}), ("0.9", {("a1", "b1"): exact})):
+            op = compile_query(f"SELECT * FROM A A, B B WHERE WINDOW(A, B) = {d!r} WITH THRESHOLD {threshold} "
+                               f"USING {strategy}", streams)
+            found, _ = run(op, events, 2)
+            assert found.keys() == expected.keys()
+            for pair, p in expected.items():
+                assert found[pair] == pytest.approx(p, abs=1e-12)
