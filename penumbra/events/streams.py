@@ -3,6 +3,7 @@ declares; decoded and validated from the stream-parameter object of the contract
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -126,6 +127,10 @@ def _stream_params(name: str, value: Any) -> StreamParams:
             templates[key] = Histogram(body["edges"], body["probs"])
         except ValidationError as error:
             raise error.within(where) from None
+        if not math.isfinite(templates[key].length):
+            # every bucket fits in a float, but a timestamp's length (pi) would not
+            raise ValidationError(f"{where}.edges", f"spans more than a float holds: from "
+                                  f"{templates[key].lo!r} to {templates[key].hi!r}")
     max_delay = _non_negative(spec.get("max_delay", 0.0), f"{name}.max_delay")
     pi = _non_negative(spec["pi"], f"{name}.pi") if "pi" in spec else None
     rho = _non_negative(spec["rho"], f"{name}.rho") if "rho" in spec else None

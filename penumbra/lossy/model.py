@@ -102,23 +102,28 @@ def run_score(run: Sequence[RunComponent], window: int) -> np.ndarray:
 
     Dynamic programming over the missed positives: ``reach[t]`` is the score of the run
     so far with its last missed positive at gap t; each missed positive convolves it with
-    the kernel eps_m f_m(d) prod S^N(d) of its segment.
+    the kernel eps_m f_m(d) prod S^N(d) of its segment. Two convolutions have a closed
+    form, exact where an FFT (long windows) would round: the first missed positive's, of
+    the unit impulse at gap 0 (``reach`` is its kernel), and the closing one without
+    negatives, of 1 on every gap > 0 (``reach`` summed below T). The tables of a
+    ``SEQUENCE`` with at most one missed positive per run then need no convolution at all.
     """
     size = window + 1
-    reach = np.zeros(size)
-    reach[0] = 1.0
+    reach = None            # the unit impulse at gap 0: no missed positive yet
     negatives: list[tuple[np.ndarray, float]] = []
     for component in run:
         if component.positive:
             kernel = component.miss_prob * component.pmf[:size] * s_negatives(negatives, window)
-            reach = _convolve(reach, kernel, size)
+            reach = kernel if reach is None else _convolve(reach, kernel, size)
             negatives = []
         else:
             negatives.append((component.pmf, component.miss_prob))
     closing = s_negatives(negatives, window)
     closing[0] = 0.0
-    if not any(component.positive for component in run):
+    if reach is None:
         return closing          # S^{N...N}: nothing to convolve
+    if not negatives:
+        return cdf_before(reach)
     return np.clip(_convolve(reach, closing, size), 0.0, 1.0)
 
 
@@ -147,9 +152,14 @@ def gap_pmf(family: str, params: Sequence[float], window: int) -> np.ndarray:
         lo, hi = params
         mass = ((gaps >= lo) & (gaps <= hi)).astype(float)
     elif family == "exponential":
-        mass = np.exp(-gaps / params[0])
+        # exp(-(d - 1) / mean): gap 1 keeps mass 1 however small the mean (the other
+        # gaps' mass then underflows to 0 through an infinite exponent)
+        with np.errstate(over="ignore"):
+            mass = np.exp(-np.maximum(gaps - 1, 0) / params[0])
     elif family == "histogram":
+        # weights scaled by the largest: the same density, and sums that cannot overflow
         width, weights = int(params[0]), np.asarray(params[1:], dtype=float)
+        weights = weights / weights.max() if weights.max() > 0 else weights
         bins = np.ceil(gaps / width).astype(int) - 1
         inside = (bins >= 0) & (bins < len(weights))
         mass = np.where(inside, weights[np.clip(bins, 0, len(weights) - 1)] / width, 0.0)
@@ -159,7 +169,8 @@ def gap_pmf(family: str, params: Sequence[float], window: int) -> np.ndarray:
     mass[window:] = 0.0
     total = mass.sum()
     if total <= 0:
-        raise ValueError(f"{family}{tuple(params)} puts no mass on gaps 1..{window - 1} (inside the window)")
+        shown = ", ".join(f"{p:g}" for p in params)
+        raise ValueError(f"{family}({shown}) puts no mass on gaps 1..{window - 1} (inside the window)")
     return mass / total
 
 

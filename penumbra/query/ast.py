@@ -126,11 +126,19 @@ class Duration(Expr):
 
     def seconds(self) -> float:
         """The duration in seconds (a bare number counts as seconds): the decimal the
-        literal and its unit say, rounded once (``300 ms`` is 0.3, not 300 * 0.001)."""
+        literal and its unit say, rounded once (``300 ms`` is 0.3, not 300 * 0.001);
+        ``inf`` when that is beyond the largest float (``1e308 h``)."""
         factor = self.SECONDS[(self.unit or "s").lower()]
         if factor == 1.0:
             return self.value
-        return float(Fraction(repr(self.value)) * Fraction(repr(factor)))
+        try:
+            return float(Fraction(repr(self.value)) * Fraction(repr(factor)))
+        except OverflowError:
+            return math.inf
+
+    def __str__(self) -> str:
+        """As written: ``1e+06 h``, ``150``."""
+        return f"{self.value:g} {self.unit}" if self.unit else f"{self.value:g}"
 
 
 def _pos(meta) -> dict[str, int | None]:

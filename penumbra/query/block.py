@@ -85,7 +85,8 @@ def _logic(expr: Expr, columns) -> tuple[np.ndarray, np.ndarray]:
         holds = _COMPARE[expr.op](left, right)
         return known & holds, known & ~holds
     if isinstance(expr, Bool):
-        trues, falses = zip(*(_logic(e, columns) for e in expr.operands))
+        # a comparison of constants is one truth value for the whole block: broadcast it
+        trues, falses = (np.broadcast_arrays(*side) for side in zip(*(_logic(e, columns) for e in expr.operands)))
         if expr.op == "and":
             return np.logical_and.reduce(trues), np.logical_or.reduce(falses)
         return np.logical_or.reduce(trues), np.logical_and.reduce(falses)

@@ -78,7 +78,8 @@ class JoinBuilder(ExprBuilder):
     def join_query(self, meta, children):
         left, right, condition, threshold, strategy = children
         if left.var == right.var:
-            raise QueryError.at(meta, f"the two sources need different variables, both are {left.var!r}")
+            raise QueryError(f"the two sources need different variables, both are {left.var!r}",
+                             right.line, right.column)
         window = None
         keys: list[tuple[str, str]] = []
         filters: dict[str, list[Expr]] = {left.var: [], right.var: []}

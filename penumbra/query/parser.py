@@ -62,6 +62,14 @@ def _expected(error: UnexpectedInput) -> str:
     return "; expected " + ", ".join(shown)
 
 
+def _end(text: str) -> tuple[int, int]:
+    """The line and column just past the last non-blank character of ``text``, counted as
+    lark counts its tokens' positions: only a newline ends a line (not a carriage return, a
+    form feed or U+2028, which str.splitlines also takes)."""
+    text = text.rstrip()
+    return text.count("\n") + 1, len(text) - text.rfind("\n")
+
+
 def _run(text: str, start: str):
     if not isinstance(text, str) or not text.strip():
         raise QueryError("the query is empty", 1, 1)
@@ -73,15 +81,11 @@ def _run(text: str, start: str):
             raise error.orig_exc from None
         raise
     except UnexpectedEOF as error:
-        lines = text.splitlines() or [""]
-        raise QueryError(f"the query ends too early{_expected(error)}",
-                         len(lines), len(lines[-1]) + 1) from None
+        raise QueryError(f"the query ends too early{_expected(error)}", *_end(text)) from None
     except UnexpectedToken as error:
         token: Token = error.token
         if token.type == "$END":
-            lines = text.splitlines() or [""]
-            raise QueryError(f"the query ends too early{_expected(error)}",
-                             len(lines), len(lines[-1]) + 1) from None
+            raise QueryError(f"the query ends too early{_expected(error)}", *_end(text)) from None
         raise QueryError(f"unexpected {str(token)!r}{_expected(error)}", error.line, error.column) from None
     except UnexpectedCharacters as error:
         char = text[error.pos_in_stream] if error.pos_in_stream < len(text) else ""

@@ -17,6 +17,8 @@ uses ``skip_till_any_match``; without ``USING`` it is evaluated by ``sorted``.
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass, field
 
 from lark import v_args
@@ -120,10 +122,11 @@ class PatternBuilder(ExprBuilder):
         *components, condition, within, returns, confidence, using = children
         variables = tuple(c.var for c in components)
         seen: set[str] = set()
-        for variable in variables:
-            if variable in seen:
-                raise QueryError.at(meta, f"variable {variable!r} is used twice in SEQ(...)")
-            seen.add(variable)
+        for component in components:
+            if component.var in seen:
+                raise QueryError(f"variable {component.var!r} is used twice in SEQ(...)", component.line,
+                                 component.column)
+            seen.add(component.var)
         order = {v: j for j, v in enumerate(variables)}
         steps: list[list[Expr]] = [[] for _ in variables]
         strategy = None
@@ -220,4 +223,6 @@ def _window(within: Duration) -> float:
     window = within.seconds() if within.unit is not None else within.value
     if window <= 0:
         raise QueryError.at(within, f"the window must be > 0, got {within.value!r}")
+    if not math.isfinite(window):
+        raise QueryError.at(within, f"WITHIN {within} is too long: at most {sys.float_info.max:g} seconds")
     return window

@@ -264,11 +264,11 @@ def _check_gap_in_window(spec: GapSpec, window: int, call: Call) -> None:
 
 def _window(duration) -> int:
     seconds = duration.seconds()
+    if seconds > MAX_WINDOW:
+        raise QueryError.at(duration, f"WITHIN {duration} is too long: at most {MAX_WINDOW:,} time units "
+                            "(the scoring tables hold one entry per time unit)")
     if seconds != round(seconds) or seconds < 1:
         raise QueryError.at(duration, f"WITHIN needs a whole number of time units >= 1, got {seconds:g}")
-    if seconds > MAX_WINDOW:
-        raise QueryError.at(duration, f"WITHIN {seconds:g} is too long: at most {MAX_WINDOW:,} time units "
-                            "(the scoring tables hold one entry per time unit)")
     return int(round(seconds))
 
 

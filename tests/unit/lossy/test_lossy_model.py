@@ -143,3 +143,32 @@ def test_gap_histogram_prior_then_learning():
     assert learned.sum() == pytest.approx(1.0)
     binned = [truth[1 + 10 * b:11 + 10 * b].sum() for b in range(10)]
     assert [learned[1 + 10 * b:11 + 10 * b].sum() for b in range(10)] == pytest.approx(binned, abs=3e-3)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("family, extreme, equivalent", [
+    ("exponential", (1e-320,), ("uniform", (1, 1))),        # a vanishing mean: every gap is 1
+    ("exponential", (1e-3,), ("uniform", (1, 1))),
+    ("histogram", (10, 1e308, 1e308), ("histogram", (10, 1, 1))),
+    ("histogram", (3, 5e-324, 1e-323), ("histogram", (3, 1, 2))),
+])
+def test_gap_pmf_extreme_parameters_mean_their_density(family, extreme, equivalent):
+    assert gap_pmf(family, extreme, 600).tolist() == pytest.approx(gap_pmf(*equivalent, 600).tolist(), abs=1e-15)
+
+
+def test_gap_pmf_names_the_density_as_written():
+    with pytest.raises(ValueError, match=r"^uniform\(20, 30\) puts no mass on gaps 1\.\.9"):
+        gap_pmf("uniform", (20.0, 30.0), 10)
+
+
+def test_runs_of_one_missed_positive_need_no_convolution(monkeypatch):
+    """The first missed positive convolves the unit impulse and a closing without negatives
+    is 1 on every gap: both are closed forms, so a long window's table takes no FFT."""
+    window = 2 * 4096
+    f, g = uniform(1, 50, window), exponential_histogram(20.0, 4, window)
+    expected_p, absent = s_positive(f, 0.3), s_negative(g, 0.5)
+    expected_np = [0.3 * sum(f[t] * absent[t] for t in range(1, T)) for T in (0, 1, 2, 30, 60, 8000)]
+    monkeypatch.setattr("penumbra.lossy.model._convolve", lambda *args: pytest.fail("a convolution"))
+    assert np.allclose(run_score([RunComponent(True, f, 0.3)], window), expected_p, rtol=0, atol=1e-15)
+    table = run_score([RunComponent(False, g, 0.5), RunComponent(True, f, 0.3)], window)
+    assert table[[0, 1, 2, 30, 60, 8000]] == pytest.approx(expected_np, abs=1e-12)

@@ -39,7 +39,7 @@ def test_options_and_partition():
 @pytest.mark.parametrize("text, message, line, column", [
     ("PATTERN SEQ(A a, B b) WHERE c.x = 1 WITHIN 5", "unknown variable 'c'", 1, 29),
     ("PATTERN SEQ(A a, B b) WITHIN 5 USING fast", "unknown method 'fast'", 1, 38),
-    ("PATTERN SEQ(A a, B a) WITHIN 5", "variable 'a' is used twice", 1, 1),
+    ("PATTERN SEQ(A a, B a) WITHIN 5", "variable 'a' is used twice", 1, 18),
     ("PATTERN SEQ(A a, B b) WHERE skip_till_next_match(b, a) WITHIN 5", "skip_till_next_match(a, b)", 1, 29),
     ("PATTERN SEQ(A a, B b)\n  WITHIN 5 RETURN z", "RETURN names unknown variable 'z'", 2, 19),
     ("PATTERN SEQ(A a, B b) WITHIN 5 RETURN a, a", "RETURN names 'a' twice", 1, 42),
