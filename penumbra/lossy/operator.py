@@ -84,6 +84,11 @@ LEARN_CHECK_EVERY = 8192
 #: 2**63, does the int64 the queues keep).
 _GRID_LIMIT = 2.0 ** 53
 
+#: An imprecise event of more instants than this is taken once by a path (standing for
+#: every instant: :mod:`.matches`); one of fewer, once per instant, where a path's exact
+#: score and negatives prune more.
+SPREAD_PATHS = 8
+
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
           "held_events", "held_streams", "anchors", "clock", "seen", "processed", "sequence", "totals", "key_codes",
@@ -601,7 +606,10 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
             self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
-            wide = parts[rows[keep]] != 0      # instants of imprecise events
+            wide = parts[rows[keep]] != 0      # instants of imprecise events of many instants
+            if wide.any():
+                spread = np.flatnonzero(wide)
+                wide[spread] = [len(reading(event.ts)[0]) > SPREAD_PATHS for event in events[rows[keep][spread]]]
             if state < last:
                 self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep], wide)
             else:

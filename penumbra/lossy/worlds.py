@@ -404,9 +404,10 @@ class PossibleWorlds:
 
 def _outside(reading: tuple[np.ndarray, np.ndarray], intervals: list[tuple[Any, Any]], count: int) -> np.ndarray:
     """Per combination, P(the event lies in none of the open ``intervals``), its instants and
-    their probabilities given. Intervals that share no integer (the runs of one match) add
-    up, each by the cumulative probabilities at its ends; otherwise the instants are marked
-    inside one by one. Exactly 0 where every instant is inside, 1 where none is."""
+    their probabilities given. For an event of many instants, intervals that share no
+    integer (the runs of one match) add up, each by the cumulative probabilities at its
+    ends; otherwise the instants are marked inside one by one. Exactly 0 where every
+    instant is inside, 1 where none is."""
     instants, probs = reading
     spans: list[tuple[np.ndarray, np.ndarray]] = []
     for lo, hi in intervals:
@@ -415,7 +416,7 @@ def _outside(reading: tuple[np.ndarray, np.ndarray], intervals: list[tuple[Any, 
             spans.append((lo, hi))
     disjoint = all(np.all(np.minimum(b1, b2) - np.maximum(a1, a2) <= 1)
                    for (a1, b1), (a2, b2) in itertools.combinations(spans, 2))
-    if not disjoint:
+    if not disjoint or len(instants) <= 16:
         inside = np.zeros((count, len(instants)), bool)
         for lo, hi in spans:
             inside |= (instants[None, :] > lo[:, None]) & (instants[None, :] < hi[:, None])
