@@ -63,6 +63,8 @@ def read_text(path: str, what: str) -> str:
             return handle.read()
     except OSError as error:
         raise UsageError(f"cannot read {what} {path!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def sink_of(args: argparse.Namespace):

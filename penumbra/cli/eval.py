@@ -16,7 +16,7 @@ import time
 
 from penumbra.engine import compile_query
 from penumbra.errors import PenumbraError
-from penumbra.events import Streams, event_to_json, load_events, load_streams
+from penumbra.events import Streams, event_to_json, load_events, loads, parse_streams
 
 from .common import UsageError, read_text
 
@@ -43,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--block-size must be >= 1, got {args.block_size}")
     text = args.query if args.query is not None else read_text(args.query_file, "query file")
     try:
-        streams = load_streams(args.streams) if args.streams else Streams()
-    except OSError as error:
-        raise UsageError(f"cannot read streams file {args.streams!r}: {error.strerror}") from None
+        streams = parse_streams(loads(read_text(args.streams, "streams file"))) if args.streams else Streams()
     except PenumbraError as error:
         raise UsageError(f"{args.streams}: {error}") from None
     try:
@@ -60,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
         events, rejected = load_events(args.events, streams)
     except OSError as error:
         raise UsageError(f"cannot read events file {args.events!r}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{args.events}: not UTF-8 text ({error.reason})") from None
     finally:
         gc.freeze()
         gc.enable()

@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import operator
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -62,19 +63,46 @@ _STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _LENIENT_DECODER = json.JSONDecoder()
 
 
+#: In place of an integer literal of more digits than Python converts (``sys.get_int_max_str_digits``).
+_TOO_LONG = object()
+
+
+def _integer_or_too_long(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return _TOO_LONG
+
+
+_LONG_INTEGER_DECODER = json.JSONDecoder(parse_int=_integer_or_too_long)
+
+
 def _constant_error(text: str, name: str) -> ValidationError:
     """The error for a NaN or an Infinity in ``text``, naming the field where the first
     stands (``ts.lo``, ``attrs.v``, ``ts.edges[2]``)."""
-    try:
-        path = _non_finite_path(_LENIENT_DECODER.decode(text))
-    except (ValueError, RecursionError):
-        path = None
+    path = _path_of(text, _LENIENT_DECODER, lambda value: isinstance(value, float) and not math.isfinite(value))
     return ValidationError(path or "", f"{name} is not allowed in JSON input (a number must be finite)")
 
 
-def _non_finite_path(value: Any, path: str = "") -> str | None:
-    if isinstance(value, float):
-        return path if not math.isfinite(value) else None
+def _long_integer_error(text: str) -> ValidationError:
+    """The error for an integer literal in ``text`` too long to read, saying where the first
+    stands (as JSON the reader cannot read: no field is judged)."""
+    path = _path_of(text, _LONG_INTEGER_DECODER, lambda value: value is _TOO_LONG)
+    return ValidationError("", f"invalid JSON: a number with more than {sys.get_int_max_str_digits()} digits"
+                               + (f" at {path}" if path else ""))
+
+
+def _path_of(text: str, decoder: json.JSONDecoder, found) -> str | None:
+    """Where in ``text`` read by ``decoder`` the first value that is ``found`` stands, or None."""
+    try:
+        return _path_in(decoder.decode(text), found)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _path_in(value: Any, found, path: str = "") -> str | None:
+    if found(value):
+        return path
     if isinstance(value, dict):
         items = ((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
     elif isinstance(value, list):
@@ -82,9 +110,9 @@ def _non_finite_path(value: Any, path: str = "") -> str | None:
     else:
         return None
     for where, item in items:
-        found = _non_finite_path(item, where)
-        if found is not None:
-            return found
+        at = _path_in(item, found, where)
+        if at is not None:
+            return at
     return None
 
 
@@ -108,8 +136,8 @@ def loads(text: str | bytes) -> Any:
         raise ValidationError("", "invalid JSON: nested too deeply") from None
     except ValidationError:
         raise
-    except ValueError as error:  # an integer of more digits than Python converts
-        raise ValidationError("", f"invalid JSON: {error}") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise _long_integer_error(text) from None
 
 
 def loads_events(raw: bytes) -> Any:
@@ -407,8 +435,9 @@ def parse_events(raws: Sequence[str | bytes | Mapping], streams: Streams | None 
     return events, rejected
 
 
-def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
-    """Decode a JSON-lines batch: every valid event, and every rejected line with its reason.
+def read_events(lines: Iterable[str | bytes], streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
+    """Decode a JSON-lines batch (text, or UTF-8 bytes checked line by line): every valid
+    event, and every rejected line with its reason.
 
     Blank lines are skipped. Each identity is taken once, as in :func:`parse_events`.
     """
@@ -426,14 +455,18 @@ def read_events(lines: Iterable[str], streams: Streams | None = None) -> tuple[l
                         continue                # a duplicate: taken once
                     parsed = _conflict(parsed)
             if isinstance(parsed, ValidationError):
-                rejected.append(Rejected(number, parsed, line.rstrip("\n")))
+                raw = line if isinstance(line, str) else line.decode("utf-8", errors="replace")
+                rejected.append(Rejected(number, parsed, raw.rstrip("\r\n")))
             else:
                 events.append(parsed)
     return events, rejected
 
 
 def load_events(path: str | Path, streams: Streams | None = None) -> tuple[list[Event], list[Rejected]]:
-    with open(path, encoding="utf-8") as handle:
+    """:func:`read_events` over a file's lines, split as the live path splits them (at
+    ``\\n`` only: a CR within a line is JSON whitespace) and decoded line by line, so that
+    a line that is not UTF-8 is rejected alone, with its number."""
+    with open(path, "rb") as handle:
         return read_events(handle, streams)
 
 

@@ -88,32 +88,51 @@ _REACH: dict[int, tuple[Histogram, float]] = {}
 
 def _template_reach(phi: Histogram) -> float:
     """The largest ``|t|`` surely safe to resolve ``phi`` at: below it a float's spacing
-    stays under half the narrowest bucket (past it the edges are checked one by one)."""
+    stays under half the narrowest bucket, and every edge stays within half the largest
+    float (past it the edges are checked one by one)."""
     found = _REACH.get(id(phi))
     if found is None or found[0] is not phi:
         if len(_REACH) > 4096:
             _REACH.clear()
-        found = _REACH[id(phi)] = (phi, float(np.diff(phi.edges).min()) * 2.0 ** 51 - phi.length)
+        reach = min(float(np.diff(phi.edges).min()) * 2.0 ** 51 - phi.length,
+                    _LARGEST / 2 - 2 * float(np.abs(phi.edges).max()))
+        found = _REACH[id(phi)] = (phi, reach)
     return found[1]
 
 
 def _resolved(phi: Histogram, name: str, detected: float) -> Histogram:
-    """``phi + t - max(phi)``, or why not: at a detection time so large that its buckets
-    would collapse into one value."""
-    if abs(detected) > _template_reach(phi) and not (np.diff(phi.edges + (detected - phi.hi)) > 0).all():
-        raise ValidationError("detected", f"{detected!r} is too large for template {name!r}: its buckets "
-                                          "would collapse into one time")
+    """``phi + t - max(phi)``, or why not: at a detection time so large that its times
+    would be beyond the floats, or its buckets collapse into one value."""
+    if abs(detected) > _template_reach(phi):
+        edges = phi.edges + (detected - phi.hi)
+        if not np.isfinite(edges).all():
+            raise ValidationError("detected", f"{detected!r} is too large for template {name!r}: its times "
+                                              "would be beyond what a float holds")
+        if not (np.diff(edges) > 0).all():
+            raise ValidationError("detected", f"{detected!r} is too large for template {name!r}: its buckets "
+                                              "would collapse into one time")
     return Histogram.from_template(phi, detected)
 
 
 def _plain_interval(value: Any) -> Interval | None:
-    """``{"lo": a, "hi": b}`` of plain finite numbers with ``a <= b`` as an interval, without
-    the full checks; ``None`` for anything else."""
+    """``{"lo": a, "hi": b}`` of plain finite numbers with ``a <= b`` and a finite length as
+    an interval, without the full checks; ``None`` for anything else."""
     if type(value) is dict and len(value) == 2:
         lo, hi = value.get("lo"), value.get("hi")
         if type(lo) in _PLAIN_NUMBERS and type(hi) in _PLAIN_NUMBERS and -_LARGEST <= lo <= hi <= _LARGEST:
-            return Interval._checked(float(lo), float(hi))
+            lo, hi = float(lo), float(hi)
+            if hi - lo <= _LARGEST:
+                return Interval._checked(lo, hi)
     return None
+
+
+def _finite_length(ts: Histogram | Interval) -> Histogram | Interval:
+    """``ts``, whose length ``max - min`` must be a float too: two finite bounds further apart
+    than any float (``-1e308`` to ``1e308``) leave every probability of it undefined."""
+    if ts.length > _LARGEST:
+        field_name = "hi" if isinstance(ts, Interval) else "edges"
+        raise ValidationError(field_name, f"spans more than a float holds: from {ts.lo!r} to {ts.hi!r}")
+    return ts
 
 
 def _timestamp(value: Any, stream: str, streams: Streams | Mapping[str, StreamParams] | None
@@ -125,9 +144,9 @@ def _timestamp(value: Any, stream: str, streams: Streams | Mapping[str, StreamPa
     keys = set(ts)
     try:
         if keys <= {"lo", "hi", "pmf"} and {"lo", "hi"} <= keys:
-            return Interval(ts["lo"], ts["hi"], ts.get("pmf")), None, None
+            return _finite_length(Interval(ts["lo"], ts["hi"], ts.get("pmf"))), None, None
         if keys == {"edges", "probs"}:
-            return Histogram(ts["edges"], ts["probs"]), None, None
+            return _finite_length(Histogram(ts["edges"], ts["probs"])), None, None
         if keys == {"detected", "template"}:
             name = ts["template"]
             if not isinstance(name, str):
