@@ -77,7 +77,8 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
     seen = len(matches_of(demo, "intrusion"))
     wait("a new intrusion match", lambda: len(matches_of(demo, "intrusion")) > seen, ALARM_TIMEOUT, demo)
     newest = matches_of(demo, "intrusion")[-1]
-    row = page.locator(f'#feed li[data-id="{newest["id"]}"]')
+    # result ids are per query: another query's match may carry the same id
+    row = page.locator(f'#feed li[data-query="intrusion"][data-id="{newest["id"]}"]')
     row.wait_for()
     shown = re.search(r"([0-9.]+)\s*%", row.inner_text())
     assert shown and abs(float(shown.group(1)) - newest["prob"] * 100) <= 0.1, row.inner_text()  # one decimal

@@ -292,6 +292,36 @@ def test_resolving_with_a_verdict_fills_the_tuners_reliability_diagram(tab, api,
     assert [(round(x), round(y)) for x, y in sorted(zip(shown["x"], shown["y"]))] == [(65, 50), (95, 100)]
 
 
+def test_a_verdict_from_the_feed_marks_that_querys_match_not_another_with_the_same_id(tab, api, store, keys,
+                                                                                      join_query):
+    """Result ids are per query's stream: two queries' matches written in the same millisecond
+    share one. Judging one of them leaves the other unjudged."""
+    query_id, a, b = join_query
+    other = unique("twin-")
+    text = f"SELECT * FROM {a} A, {b} B\nWHERE WINDOW(A, B) = 2000\nWITH THRESHOLD 0.6"
+    assert api.post("/queries", json={"text": text, "id": other}, headers=api.as_("analyst")).status_code == 201
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], "alarms")
+    for batch in range(1, 20):              # one transaction is nearly always within one millisecond
+        ids = write_batch(store, keys, batch, {q: [{"events": {"A": f"a{batch}", "B": f"b{batch}"}, "prob": 0.7}]
+                                               for q in (query_id, other)})
+        if ids[query_id] == ids[other]:
+            break
+    shared = ids[query_id][0]
+    assert ids[other] == [shared]
+    mine = page.locator(f'#feed li[data-query="{query_id}"][data-id="{shared}"]')
+    twin = page.locator(f'#feed li[data-query="{other}"][data-id="{shared}"]')
+    twin.wait_for()
+    mine.locator('button[data-judge="false"]').click()
+    mine.locator(".judged", has_text="judged false").wait_for()
+    page.fill("#f-prob", "1")                # the feed's rows are made again, with the tab's verdicts
+    twin.wait_for()
+    mine.locator(".judged", has_text="judged false").wait_for()
+    assert twin.locator(".judged").count() == 0 and twin.locator('button[data-judge="real"]').count() == 1
+    verdicts = api.get(f"/queries/{other}/verdicts", headers=api.as_("analyst"))
+    assert verdicts.status_code == 200 and verdicts.json()["items"] == [], verdicts.text
+
+
 def test_a_second_tab_shares_the_session_and_signing_out_signs_out_every_tab(tab, api):
     page = tab.page
     tab.sign_in(api.tokens["analyst"], "alarms")

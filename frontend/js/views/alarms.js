@@ -74,12 +74,13 @@ bus.addEventListener("opened", (event) => {
   if (event.detail?.priority === "critical" && localStorage.getItem(SOUND_KEY) === "on") chime();
 });
 
-// verdicts given from this tab, by match id (the feed's rows are made again as it scrolls)
+// verdicts given from this tab, by query and match id (ids are per query's result stream;
+// the feed's rows are made again as it scrolls)
 const JUDGED = new Map();
 const JUDGED_TEXT = { real: "✓ judged real", false: "✗ judged false" };
 
 function judgeCell(match) {
-  const given = JUDGED.get(match.id);
+  const given = JUDGED.get(`${match.query}|${match.id}`);
   if (given) return `<span class="judged">${JUDGED_TEXT[given]}</span>`;
   if (!session.can("analyst")) return "<span></span>";
   return `<span class="judge"><button type="button" data-judge="real" aria-label="Judge this match real">✓ real</button>
@@ -481,7 +482,7 @@ export default {
       row.querySelectorAll(".judge button").forEach((b) => { b.disabled = true; });
       try {
         await post(`/queries/${encodeURIComponent(row.dataset.query)}/verdicts`, { match: row.dataset.id, verdict });
-        JUDGED.set(row.dataset.id, verdict);
+        JUDGED.set(`${row.dataset.query}|${row.dataset.id}`, verdict);
         row.querySelector(".judge").outerHTML = `<span class="judged" tabindex="-1">${JUDGED_TEXT[verdict]}</span>`;
         row.querySelector(".judged").focus();
       } catch (error) {
