@@ -465,7 +465,8 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
                 spread: dict[int, np.ndarray]) -> tuple[list, list[int], np.ndarray, list[int]]:
         """One entry per instant of each imprecise event (row -> instants in ``spread``):
         the events, streams, times and parts (0 precise, 1 an imprecise event's first
-        instant, 2 its later ones)."""
+        instant, 2 its later ones; 3 and 4 for an event of more than :data:`SPREAD_PATHS`
+        instants, which a path takes once)."""
         counts = np.ones(len(events), np.int64)
         for n, instants in spread.items():
             counts[n] = len(instants)
@@ -475,8 +476,9 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         parts = np.zeros(len(rows), np.int64)
         for n, instants in spread.items():
             times[starts[n]:starts[n] + len(instants)] = instants
-            parts[starts[n]] = 1
-            parts[starts[n] + 1:starts[n] + len(instants)] = 2
+            wide = 2 if len(instants) > SPREAD_PATHS else 0
+            parts[starts[n]] = 1 + wide
+            parts[starts[n] + 1:starts[n] + len(instants)] = 2 + wide
         return [events[n] for n in rows], [streams[n] for n in rows], times, parts.tolist()
 
     def _spread(self, ts, spread: dict[int, np.ndarray], n: int) -> str | None:
@@ -559,8 +561,9 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         """One chunk through the NFA: NAQ pushes, then each state's arrivals in order
         (bounds, threshold pruning, PAQ pushes; match generation at the last state);
         then the waiting matches whose window closed, and queue compaction. An imprecise
-        event comes once per instant (``parts`` 1 at its first, 2 after; 0 for a precise
-        one): a negative component keeps it whole, from its first instant."""
+        event comes once per instant (``parts`` 1 at its first, 2 after, 3 and 4 for a wide
+        one; 0 for a precise one): a negative component keeps it whole, from its first
+        instant."""
         vague = bool(parts.any())
         self.vague_seen |= vague
         codes: dict[str, np.ndarray] = {}
@@ -585,7 +588,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             rows, key, mask = selected[k]
             if vague and len(rows):
                 kind = parts[rows]
-                for n in np.flatnonzero(kind == 1).tolist():
+                for n in np.flatnonzero(kind % 2 == 1).tolist():      # an event's first instant
                     event = events[rows[n]]
                     instants = reading(event.ts)[0]
                     self.vague[k].push(int(instants[0]), int(instants[-1]), int(key[n]), int(mask[n]), event)
@@ -606,10 +609,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
             self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
-            wide = parts[rows[keep]] != 0      # instants of imprecise events of many instants
-            if wide.any():
-                spread = np.flatnonzero(wide)
-                wide[spread] = [len(reading(event.ts)[0]) > SPREAD_PATHS for event in events[rows[keep][spread]]]
+            wide = parts[rows[keep]] >= 3      # instants of imprecise events of many instants
             if state < last:
                 self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep], wide)
             else:

@@ -409,26 +409,25 @@ def _outside(reading: tuple[np.ndarray, np.ndarray], intervals: list[tuple[Any, 
     ends; otherwise the instants are marked inside one by one. Exactly 0 where every
     instant is inside, 1 where none is."""
     instants, probs = reading
-    spans: list[tuple[np.ndarray, np.ndarray]] = []
+    if len(instants) > 16:
+        spans: list[tuple[np.ndarray, np.ndarray]] = []
+        for lo, hi in intervals:
+            lo, hi = np.broadcast_to(lo, count), np.broadcast_to(hi, count)
+            if not any(np.array_equal(lo, a) and np.array_equal(hi, b) for a, b in spans):
+                spans.append((lo, hi))
+        if all(np.all(np.minimum(b1, b2) - np.maximum(a1, a2) <= 1)
+               for (a1, b1), (a2, b2) in itertools.combinations(spans, 2)):
+            cumulative = np.concatenate(([0.0], np.cumsum(probs)))
+            held, weight = np.zeros(count, np.int64), np.zeros(count)
+            for lo, hi in spans:
+                first = np.searchsorted(instants, lo, side="right")
+                stop = np.searchsorted(instants, hi, side="left")
+                inside = np.maximum(stop - first, 0)
+                held += inside
+                weight += np.where(inside > 0, cumulative[np.maximum(stop, first)] - cumulative[first], 0.0)
+            return np.where(held == 0, 1.0, np.where(held >= len(instants), 0.0, np.clip(1.0 - weight, 0.0, 1.0)))
+    inside = np.zeros((count, len(instants)), bool)
     for lo, hi in intervals:
-        lo, hi = np.broadcast_to(lo, count), np.broadcast_to(hi, count)
-        if not any(np.array_equal(lo, a) and np.array_equal(hi, b) for a, b in spans):
-            spans.append((lo, hi))
-    disjoint = all(np.all(np.minimum(b1, b2) - np.maximum(a1, a2) <= 1)
-                   for (a1, b1), (a2, b2) in itertools.combinations(spans, 2))
-    if not disjoint or len(instants) <= 16:
-        inside = np.zeros((count, len(instants)), bool)
-        for lo, hi in spans:
-            inside |= (instants[None, :] > lo[:, None]) & (instants[None, :] < hi[:, None])
-        held = inside.sum(axis=1)
-        weight = inside @ probs
-    else:
-        cumulative = np.concatenate(([0.0], np.cumsum(probs)))
-        held, weight = np.zeros(count, np.int64), np.zeros(count)
-        for lo, hi in spans:
-            first = np.searchsorted(instants, lo, side="right")
-            stop = np.searchsorted(instants, hi, side="left")
-            inside = np.maximum(stop - first, 0)
-            held += inside
-            weight += np.where(inside > 0, cumulative[np.maximum(stop, first)] - cumulative[first], 0.0)
-    return np.where(held == 0, 1.0, np.where(held >= len(instants), 0.0, np.clip(1.0 - weight, 0.0, 1.0)))
+        inside |= (instants > np.reshape(lo, (-1, 1))) & (instants < np.reshape(hi, (-1, 1)))
+    # no instant inside: 1 - 0 is 1 exactly; every instant inside: 0, whatever the sum's rounding
+    return np.where(inside.all(axis=1), 0.0, np.clip(1.0 - inside @ probs, 0.0, 1.0))
