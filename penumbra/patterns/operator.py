@@ -270,6 +270,16 @@ class PatternOperator(Operator):
         returned = [j for j, v in enumerate(variables) if v in self.query.returns]
         names = [variables[j] for j in returned]
         partition = self.query.partition
+        # an event's interval and record, made once and shared by its matches (read-only
+        # after: an event in many matches of a dense pattern costs its record once)
+        shown: dict[int, tuple[tuple[float, float], dict[str, Any]]] = {}
+
+        def seen(event: GridEvent) -> tuple[tuple[float, float], dict[str, Any]]:
+            both = shown.get(id(event))
+            if both is None:
+                both = shown[id(event)] = ((event.lo * unit, event.hi * unit), grid_record(event, unit))
+            return both
+
         kept = 0
         for match in found:
             gaps = self._excluders(engine, match) if pattern.next_match else None
@@ -284,11 +294,12 @@ class PatternOperator(Operator):
                 continue
             kept += 1
             events = match.events
+            both = [seen(events[j]) for j in returned]
             emitted = Match(dict(zip(names, [events[j].id for j in returned])), confidence,
                             (first * unit, last * unit),
                             key={partition[0]: events[0].attrs.get(partition[0])} if partition else None,
-                            times={v: (events[j].lo * unit, events[j].hi * unit) for v, j in zip(names, returned)},
-                            records={v: grid_record(events[j], unit) for v, j in zip(names, returned)})
+                            times={v: interval for v, (interval, _) in zip(names, both)},
+                            records={v: record for v, (_, record) in zip(names, both)})
             matches.append(emitted)
             if len(details) < MATCH_DETAILS:
                 details.append(self._details(emitted, match))

@@ -167,6 +167,24 @@ def test_a_pattern_explanation_weighs_each_ordering_by_its_possible_worlds():
         assert [e["density"]["times"][0] for e in got["events"]] == [e.ts.lo for e in chain]
 
 
+def test_a_pattern_match_carries_its_events_as_they_came_each_record_made_once():
+    """Every match of a dense pattern names its events with their input shape; an event in
+    many matches found together has one record, shared (a match's records are only read)."""
+    text = "PATTERN SEQ(A a, B b, C c) WHERE skip_till_any_match(a, b, c) WITHIN 20 WITH CONFIDENCE 0.01"
+    events = _pattern_events(83, 90)
+    by_id = {e.id: e for e in events}
+    found = list(build_operator(parse(text), parse_streams({})).feed(events).matches)   # one block
+    assert len(found) > len(events)
+    records: dict[str, dict] = {}
+    for m in found:
+        for var, record in m.records.items():
+            event = by_id[m.events[var]]
+            assert (record["stream"], record["id"], record["attrs"]) == (event.stream, event.id, dict(event.attrs))
+            assert (record["ts"]["lo"], record["ts"]["hi"]) == m.times[var] == (event.ts.lo, event.ts.hi)
+            assert record["ts"].get("pmf") == (list(event.ts.pmf) if event.ts.pmf is not None else None)
+            assert records.setdefault(event.id, record) is record
+
+
 def test_a_next_match_pattern_names_the_factor_of_the_events_between():
     text = "PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node AND skip_till_next_match(a, b, c) WITHIN 9"
     events = _pattern_events(82, 90)
