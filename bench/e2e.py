@@ -53,6 +53,7 @@ class Up:
     (SIGTERM, then SIGKILL of its group)."""
 
     def __init__(self, home: Path, extra: Sequence[str] = (), extra_env: dict[str, str] | None = None):
+        self.home = home
         self.port, self.redis_port = free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PENUMBRA_")}
         env.update(PENUMBRA_HOME=str(home), PENUMBRA_PORT=str(self.port), PENUMBRA_REDIS_PORT=str(self.redis_port),
@@ -65,6 +66,11 @@ class Up:
     @property
     def lines(self) -> list[str]:
         return self.child.log.read_text(errors="replace").splitlines(keepends=True)
+
+    @property
+    def redis_password(self) -> str:
+        """The password of up's own Redis (``penumbra.cli.up.redis_password``)."""
+        return (self.home / "var" / "redis" / "password").read_text().strip()
 
     @property
     def url(self) -> str:
@@ -156,10 +162,26 @@ class Listener:
         self.stack.close()
 
 
+def redis_commands(up: Up | None) -> dict[str, tuple[int, float]]:
+    """Redis's own account of its commands so far (``INFO commandstats``): calls and
+    microseconds by command (a script's commands count under it and under ``evalsha``)."""
+    if up is None:
+        return {}
+    import redis
+
+    with redis.Redis(host="127.0.0.1", port=up.redis_port, password=up.redis_password) as client:
+        stats = client.info("commandstats")
+        forks = client.info("stats").get("total_forks", 0)
+    # a fork's child (an RDB snapshot, an AOF rewrite) as one more "command": its count
+    return {name.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"])) for name, v in stats.items()} | {
+        "(forks)": (int(forks), 0.0)}
+
+
 def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float, offset: float,
-             tag: str, quiet: float = 10.0, root: int | None = None) -> dict:
+             tag: str, quiet: float = 10.0, root: int | None = None, up: Up | None = None) -> dict:
     """POST ``rate`` events/s for ``seconds``; the latency of every match of these events,
-    and (with ``root``, the pid of ``penumbra up``) the CPU each part spent an event."""
+    and (with ``root``, the pid of ``penumbra up``) the CPU each part spent an event, (with
+    ``up``) Redis's by command."""
     count = int(rate * seconds)
     lines = shifted(intrusions(count, seed=rate), tag, offset)
     posted: dict[str, float] = {}
@@ -171,6 +193,7 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     start_mark = len(listener.arrived)
     window_start = time.time()
     cpu_before = process_cpu(root) if root else {}
+    commands_before = redis_commands(up)
     with ApiSink(url, token) as sink:
         started = time.monotonic()
         sent = 0
@@ -206,6 +229,9 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
         idle = time.monotonic() - quiet_since
         if (seen > start_mark and idle >= quiet) or (seen == start_mark and idle >= 120):
             break
+    commands = {name: (calls - commands_before.get(name, (0, 0.0))[0],
+                       (usec - commands_before.get(name, (0, 0.0))[1]) / count)
+                for name, (calls, usec) in redis_commands(up).items()}
     cpu_us = {name: 1e6 * (cpu_after[name] - cpu_before.get(name, 0.0)) / count for name in cpu_after}
     cpu_us["cores"] = sum(cpu_us.values()) * count / 1e6 / max(cpu_end - started, 1e-9)
     mine = [(at, match, wall, entry) for at, match, wall, entry in listener.arrived[start_mark:]
@@ -228,7 +254,10 @@ def run_rate(url: str, token: str, listener: Listener, rate: int, seconds: float
     return {"rate": rate, "events": count, "achieved_rate": count / feeding, "matches": len(delays), "last": last,
             "expected": core_matches(lines), "rejected": tally.rejected, "p50_s": float(np.nanpercentile(delays_s, 50)),
             "p99_s": float(np.nanpercentile(delays_s, 99)), "max_s": float(np.nanmax(delays_s)),
-            "delays_s": delays_s, "cpu_us": cpu_us, **stages}
+            "delays_s": delays_s, "cpu_us": cpu_us,
+            "redis_us": sorted(((us, calls, name) for name, (calls, us) in commands.items() if us > 0), reverse=True),
+            "redis_forks": commands.get("(forks)", (0, 0.0))[0],
+            **stages}
 
 
 def core_matches(lines: list[str]) -> int:
@@ -312,7 +341,7 @@ def main() -> None:
             ladder = () if args.quick or args.no_ladder else (args.ladder or LADDER)
             for rate in (*rates, *ladder):
                 result = run_rate(up.url, token, listener, rate, seconds, offset, f"r{rate}", quiet,
-                                  root=up.child.pid)
+                                  root=up.child.pid, up=up)
                 offset = result["last"] + 1_000_000.0
                 results.append(result)
                 report.say(f"{rate:>6,} ev/s offered ({result['achieved_rate']:,.0f} posted, {result['rejected']:,} "
@@ -330,6 +359,9 @@ def main() -> None:
                                                                  if name != "cores")
                            + f"; {sum(v for k, v in spent.items() if k != 'cores'):.1f} in all, "
                            f"{spent['cores']:.2f} cores busy until the last match")
+                report.say("        Redis's commands, µs an event (calls): " + ", ".join(
+                    f"{name} {us:.2f} ({calls:,})" for us, calls, name in result["redis_us"][:6])
+                    + f"; {result['redis_forks']} snapshots or rewrites forked")
                 if rate in ladder and not sustained(result):
                     break
         finally:
