@@ -210,11 +210,15 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         Phi_b(y) = int F_b up to y = sum_v 1/2 dens_bv min(relu(y - e_bv), w_bv)^2 + p_bv relu(y - e_b[v+1])
 
     the same value as Theorem 1, for a whole block of pairs in a few array operations
-    (each term is bounded by ``p_bv w_bv``, so nothing large cancels). The edges'
-    differences ``e_ak - e_bv`` are taken before ``d`` is added (exact for times close
-    together), so ``d`` is added near 0 rather than to, say, epoch seconds, where a
-    float's spacing is 2.4e-7. A pair whose supports' mass alone decides
-    (``min + d >= max`` of the other, or ``max + d <= min``) is 1 or 0 exactly.
+    (each term is bounded by ``p_bv w_bv``). The edges' differences ``e_ak - e_bv`` are
+    taken before ``d`` is added (exact for times close together), so ``d`` is added near 0
+    rather than to, say, epoch seconds, where a float's spacing is 2.4e-7. The sum over
+    ``k`` cancels where a bucket of ``a`` is narrow beside the distances (its density
+    jumps are large, ``Phi_b`` is known to the distances' rounding): a pair whose jumps
+    times its largest distance exceed :data:`_CANCELLING` is weighed bucket by bucket
+    instead (:func:`_p_geq_buckets`, exact to rounding whatever the widths). A pair whose
+    supports' mass alone decides (``min + d >= max`` of the other, or ``max + d <= min``)
+    is 1 or 0 exactly.
     """
     rows = max(len(a), len(b), np.size(d))
     shift = np.broadcast_to(np.asarray(d, dtype=np.float64).reshape(-1), (rows,))
@@ -222,6 +226,9 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
     # the kernel's sums come to 1 and 0 where the edges decide; only a histogram whose mass
     # is narrower than its edges needs its support's decision (rarely: such blocks are few)
     supports = a.derived("narrower") or b.derived("narrower")
+    # whether any pair may cancel: the largest jumps against the block's largest distance
+    reach = max(abs(float(a.hi.max()) - float(b.lo.min())), abs(float(b.hi.max()) - float(a.lo.min())))
+    cancels = float(a.derived("jump_mass").max()) * (reach + float(np.abs(shift).max(initial=0.0))) > _CANCELLING
     for start in range(0, rows, _CHUNK):
         stop = min(start + _CHUNK, rows)
         a_edges, a_jumps = a.columns(start, stop, "edges", "density_jumps")
@@ -238,6 +245,16 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         inside += beyond
         phi = inside.sum(axis=0)
         value = np.einsum("kr,kr->r", a_jumps, phi)
+        # the sum's rounding is about 2**-53 of the jumps times the largest distance
+        cancelling = ()
+        if cancels:
+            (a_mass,) = a.columns(start, stop, "jump_mass")
+            far = np.maximum(np.abs(a_edges[-1] - b_edges[0] + d_chunk), np.abs(a_edges[0] - b_edges[-1] + d_chunk))
+            cancelling = np.flatnonzero(a_mass[0] * far > _CANCELLING)
+        if len(cancelling):
+            rows_a = a_edges[:, cancelling], a.columns(start, stop, "probs")[0][:, cancelling]
+            rows_b = b_edges[:, cancelling], b_probs[:, cancelling]
+            value[cancelling] = _p_geq_buckets(*rows_a, *rows_b, d_chunk[cancelling])
         if supports:
             (a_lo, a_hi), (b_lo, b_hi) = (h.columns(start, stop, "support_lo", "support_hi") for h in (a, b))
             value[(a_lo[0] - b_hi[0]) + d_chunk >= 0] = 1.0
@@ -245,6 +262,35 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         out[start:stop] = value
     np.clip(out, 0.0, 1.0, out=out)
     return out
+
+
+#: Where :func:`p_geq_block`'s sum over edges would lose more than about 2**-36 (1.5e-11)
+#: to cancellation: the jumps' absolute sum times the largest distance, beyond 2**16 (a
+#: uniform interval narrower than 1/32,768 of the distances), goes bucket by bucket.
+_CANCELLING = 2.0 ** 16
+
+
+def _p_geq_buckets(a_edges: np.ndarray, a_probs: np.ndarray, b_edges: np.ndarray, b_probs: np.ndarray,
+                   d: np.ndarray) -> np.ndarray:
+    """``P(X_a + d >= X_b)`` per pair (columns), as ``sum_u p_au E[F_b(X_a + d) | bucket u]``:
+    each conditional mean over bucket ``u`` of ``a`` taken per bucket ``v`` of ``b`` from
+    the shares of ``u`` below, along and above ``v``'s ramp (each known to the distances'
+    rounding, their sum 1 exactly) and the ramp's value at the middle of its share. Nothing
+    is divided by a difference of distances, so a bucket narrower than their rounding keeps
+    its weight exact (the whole of it along one piece of ``F_b``: the value there)."""
+    w_a = np.diff(a_edges, axis=0)[None, :, :]                     # (1, Ka, r)
+    w_b = np.diff(b_edges, axis=0)[:, None, :]                     # (Kb, 1, r)
+    start = a_edges[None, :-1, :] - b_edges[:-1, None, :]           # e_au - e_bv
+    start += d
+    end = start + w_a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        below = np.where(w_a > 0, np.clip(-start, 0.0, w_a) / w_a, 0.0)
+        above = np.where(w_a > 0, np.clip(end - w_b, 0.0, w_a) / w_a, 0.0)
+        along = np.maximum(1.0 - below - above, 0.0)
+        middle = np.where(w_b > 0, (np.minimum(end, w_b) + np.maximum(start, 0.0)) / (2.0 * w_b), 1.0)
+    mean = above + along * np.clip(middle, 0.0, 1.0)
+    out = np.einsum("ur,vr,vur->r", a_probs, b_probs, mean)
+    return np.clip(out, 0.0, 1.0)
 
 
 def p_within_block(a: HistogramBlock, b: HistogramBlock, d) -> np.ndarray:

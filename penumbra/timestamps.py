@@ -361,15 +361,17 @@ class HistogramBlock:
         """Per-bucket arrays the kernels need, computed once per block: ``widths``,
         ``half_density`` (``p / 2 len``; 0 for padding) and ``density_jumps``
         (``dens[k-1] - dens[k]`` at each edge ``k``); and per histogram, as (1, N) rows,
-        where its mass lies: ``support_lo`` and ``support_hi``, its edges but for the
-        zero-probability buckets at either end."""
+        ``jump_mass`` (the jumps' absolute sum: how much the kernel's sum over edges may
+        cancel) and where its mass lies: ``support_lo`` and ``support_hi``, its edges but
+        for the zero-probability buckets at either end."""
         if not self._derived:
             widths = np.diff(self.edges, axis=0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 density = np.where(widths > 0, self.probs / widths, 0.0)
             zero = np.zeros((1, len(self)))
-            self._derived.update(widths=widths, half_density=0.5 * density,
-                                 density_jumps=-np.diff(np.concatenate([zero, density, zero]), axis=0))
+            jumps = -np.diff(np.concatenate([zero, density, zero]), axis=0)
+            self._derived.update(widths=widths, half_density=0.5 * density, density_jumps=jumps,
+                                 jump_mass=np.abs(jumps).sum(axis=0, keepdims=True))
         if name not in self._derived:
             self._derived.update(self._support())
         return self._derived[name]

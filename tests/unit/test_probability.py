@@ -130,6 +130,38 @@ def test_block_kernels_on_thousands_of_pairs_with_one_window_per_pair():
     np.testing.assert_allclose(got, expected, rtol=0, atol=EXACT)
 
 
+def test_buckets_narrower_than_the_distances_rounding_keep_their_weight():
+    """A bucket of 1e-12 to 1e-4 beside distances of tens: its density is 1e4 to 1e13, and
+    a sum over edges of densities times distances would lose the pair's probability to
+    cancellation (1e-5 off at 1e-11). Histograms with such buckets, and plain narrow
+    intervals, against exact rational integration, in both roles and as a block of one."""
+    rng = np.random.default_rng(11)
+    left, right = [], []
+    for n in range(1500):
+        h = random_histogram(rng, int(rng.integers(1, 5)), rng.uniform(-30, 30))
+        edges = h.edges.copy()
+        k = int(rng.integers(0, len(h.probs)))
+        narrow = 10.0 ** rng.uniform(-12, -4)
+        edges[k + 1:] = edges[k] + narrow + (edges[k + 1:] - edges[k + 1])     # bucket k made narrow
+        if n % 3 == 0:
+            edges, probs = np.array([edges[0], edges[0] + narrow]), np.array([1.0])
+        else:
+            probs = h.probs
+        (left if n % 2 else right).append(Histogram(edges, probs))
+    right = right[:len(left)]
+    others = [random_histogram(rng, int(rng.integers(1, 5)), rng.uniform(-30, 30)) for _ in left]
+    windows = rng.uniform(0, 20, len(left))
+    for a_side, b_side in ((left, others), (others, left), (left, right)):
+        got = p_within_block(HistogramBlock.from_histograms(a_side), HistogramBlock.from_histograms(b_side), windows)
+        expected = [float(p_within_exact(a.edges, a.probs, b.edges, b.probs, w))
+                    for a, b, w in zip(a_side, b_side, windows)]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=5e-11)
+    one = left[3]
+    got = p_geq_block(HistogramBlock.from_histograms([one]), HistogramBlock.from_histograms(others), -windows)
+    expected = [oracle(one, b, -w) for b, w in zip(others, windows)]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=5e-11)
+
+
 def test_a_block_of_one_pairs_with_every_row():
     rng = np.random.default_rng(3)
     one = random_histogram(rng, 3, 5.0)

@@ -727,6 +727,34 @@ def uniforms_within(a: tuple[float, float], b: tuple[float, float], d: float) ->
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_interval_far_narrower_than_its_partner_keeps_its_probability(strategy):
+    """Intervals of 1e-11 to 1e-4 against intervals of a few time units: every pair of the
+    block against exact rational integration (a sum over edges of densities 1e11 times
+    distances of units loses 1e-5 of such a pair to cancellation)."""
+    rng = np.random.default_rng(5)
+    streams = parse_streams({"A": {"pi": 10, "max_delay": 100}, "B": {"pi": 10, "max_delay": 100}})
+    events = []
+    for n in range(120):
+        side = "AB"[n % 2]
+        lo = float(rng.uniform(0, 40))
+        width = 10.0 ** rng.uniform(-11, -4) if rng.random() < 0.6 else float(rng.uniform(0.5, 5))
+        events.append(parse_event({"stream": side, "id": f"{side}{n}", "ts": {"lo": lo, "hi": lo + width}}, streams))
+    d = 1.5
+    op = compile_query(f"SELECT * FROM A A, B B WHERE WINDOW(A, B) = {d} WITH THRESHOLD 0.05 USING {strategy}",
+                       streams)
+    found, late = run(op, events, 40)
+    assert not late
+    spans = {e.id: (e.ts.lo, e.ts.hi) for e in events}
+    expected = {(a, b): float(uniforms_within(spans[a], spans[b], d)) for a in spans if a[0] == "A"
+                for b in spans if b[0] == "B"}
+    kept = {pair: p for pair, p in expected.items() if p >= 0.05 + 1e-9}
+    assert set(kept) <= set(found) <= {pair for pair, p in expected.items() if p >= 0.05 - 1e-9}
+    assert len(kept) > 100
+    for pair, p in found.items():
+        assert p == pytest.approx(expected[pair], abs=5e-11), pair
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_nearly_certain_pair_at_epoch_seconds_is_not_rounded_to_certain(strategy):
     """At 1.7e9 a float steps by 2.4e-7, so ``max(H_a) - d`` rounds; the supports' test
     subtracts the times first, as the probability does. This pair's probability is
