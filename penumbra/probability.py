@@ -31,7 +31,7 @@ import numpy as np
 from .timestamps import Histogram, HistogramBlock
 
 __all__ = [
-    "ROUNDING", "adjusted_histograms", "ge", "meets", "p_deadline", "p_delay", "p_geq", "p_geq_block",
+    "ROUNDING", "adjusted_histograms", "ge", "meets", "offset", "p_deadline", "p_delay", "p_geq", "p_geq_block",
     "p_within", "p_within_block", "stime", "stime_block", "stime_table",
 ]
 
@@ -45,6 +45,26 @@ ROUNDING = 1e-12
 def meets(prob, threshold):
     """Whether ``prob`` (a number or an array) reaches ``threshold``, to rounding."""
     return prob >= threshold - ROUNDING
+
+
+def offset(x, y, d):
+    """``x - y + d`` (numbers or arrays) rounded once: the difference and the sum are kept
+    with their rounding errors (Knuth's TwoSum) and added back, so a window added to the
+    difference of two times far apart keeps what ``(x - y) + d`` would round away (a time
+    1,000 s from its partner's against a window of 1,000 s: steps of 1.1e-13, not of the
+    window's bucket widths). Its sign is the exact sum's.
+
+    >>> (1000.3 - 0.3) - 1000.0, float(offset(1000.3, 0.3, -1000.0))    # exactly -4.5463632858400...e-14
+    (0.0, -4.546363285840016e-14)
+    """
+    x, y, d = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), np.asarray(d, dtype=np.float64)
+    s = x - y
+    back = s - x
+    first = (x - (s - back)) + (-y - back)
+    t = s + d
+    back = t - s
+    second = (s - (t - back)) + (d - back)
+    return t + (first + second)
 
 
 def adjusted_histograms(h_i: Histogram, h_j: Histogram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -72,17 +92,16 @@ def ge(h_i: Histogram, h_j: Histogram) -> float:
 
 
 def p_geq(h_i: Histogram, h_j: Histogram, d: float = 0.0) -> float:
-    """``P(X_i + d >= X_j)`` exactly: ``ge(H_i + d, H_j)``, computed with both histograms
-    moved by ``-min(H_j)`` first (exact for times close together), so ``d`` is added to
-    times near 0 rather than to, say, epoch seconds, where a float's spacing is 2.4e-7.
-    1 and 0 where the supports' mass alone decides."""
+    """``P(X_i + d >= X_j)`` exactly: Theorem 1's value, computed by :func:`p_geq_block` on
+    the differences of the edges with ``d`` added to them (:func:`offset`), so neither epoch
+    seconds nor a ``d`` below the edges' spacing is rounded away (``ge(H_i + d, H_j)`` would
+    add ``d`` to every edge). 1 and 0 where the supports' mass alone decides."""
     support_i, support_j = _support(h_i), _support(h_j)
-    if (support_i[0] - support_j[1]) + d >= 0:
+    if offset(support_i[0], support_j[1], d) >= 0:
         return 1.0
-    if (support_i[1] - support_j[0]) + d <= 0:
+    if offset(support_i[1], support_j[0], d) <= 0:
         return 0.0
-    origin = float(h_j.edges[0])
-    return ge(h_i.shift(-origin).shift(d), h_j.shift(-origin))
+    return float(p_geq_block(HistogramBlock.from_histograms([h_i]), HistogramBlock.from_histograms([h_j]), d)[0])
 
 
 def _support(h: Histogram) -> tuple[float, float]:
@@ -178,7 +197,39 @@ def stime_block(a: HistogramBlock, b: HistogramBlock, delta: float, *, earliest:
     # a crossing at a breakpoint is the breakpoint itself (near a tangent, the root formula
     # would move it by the square root of a rounding)
     s = np.where(g0 <= delta + ROUNDING, 0.0, np.where(g1 >= delta - ROUNDING, 1.0, s))
-    return x0 + s * (x1 - x0) + b_edges[-1]
+    x = x0 + s * (x1 - x0)
+    # the root checked a few float steps either side: where buckets are narrower than the
+    # breakpoints' rounding, two configuration changes may round to one order or place, and
+    # g is not one quadratic between them; such a pair is bisected on g itself
+    step = 4.0 * np.spacing(np.abs(x))
+    before, after = g(x - step), g(x + step)
+    wrong = np.flatnonzero((before < delta - _ROOT_CHECK) | (after > delta + _ROOT_CHECK))
+    if len(wrong):
+        x[wrong] = _bisected(a, b, wrong, breaks[0, wrong], breaks[-1, wrong], delta, earliest)
+    return x + b_edges[-1]
+
+
+#: How far from delta the probability a few float steps either side of a satisfaction
+#: time may be before the time is found again by bisection.
+_ROOT_CHECK = 1e-11
+
+
+def _bisected(a: HistogramBlock, b: HistogramBlock, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              delta: float, earliest: bool) -> np.ndarray:
+    """:func:`stime_block`'s ``x`` for ``rows`` by bisection on ``g`` between ``lo`` (where
+    ``g`` is 1) and ``hi`` (0): the latest ``x`` with ``g >= delta`` (the earliest with
+    ``g <= delta``), to rounding, in at most 200 halvings."""
+    pick = lambda h: h if len(h) == 1 else h.take(rows)  # noqa: E731 - a block of one pairs with all
+    a, b = pick(a), pick(b)
+    lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not np.any((mid != lo) & (mid != hi)):
+            break
+        value = p_geq_block(a, b, -mid)
+        before = value > delta + ROUNDING if earliest else value >= delta - ROUNDING
+        lo, hi = np.where(before, mid, lo), np.where(before, hi, mid)
+    return hi if earliest else lo
 
 
 def _unit_roots(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -245,11 +296,12 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
         inside += beyond
         phi = inside.sum(axis=0)
         value = np.einsum("kr,kr->r", a_jumps, phi)
-        # the sum's rounding is about 2**-53 of the jumps times the largest distance
+        # the sum's rounding is about 2**-53 of the jumps times the largest distance or d
+        # (the differences of the edges are rounded before d is added)
         cancelling = ()
         if cancels:
             (a_mass,) = a.columns(start, stop, "jump_mass")
-            far = np.maximum(np.abs(a_edges[-1] - b_edges[0] + d_chunk), np.abs(a_edges[0] - b_edges[-1] + d_chunk))
+            far = np.maximum(np.abs(a_edges[-1] - b_edges[0]), np.abs(a_edges[0] - b_edges[-1])) + np.abs(d_chunk)
             cancelling = np.flatnonzero(a_mass[0] * far > _CANCELLING)
         if len(cancelling):
             rows_a = a_edges[:, cancelling], a.columns(start, stop, "probs")[0][:, cancelling]
@@ -257,8 +309,8 @@ def p_geq_block(a: HistogramBlock, b: HistogramBlock, d=0.0) -> np.ndarray:
             value[cancelling] = _p_geq_buckets(*rows_a, *rows_b, d_chunk[cancelling])
         if supports:
             (a_lo, a_hi), (b_lo, b_hi) = (h.columns(start, stop, "support_lo", "support_hi") for h in (a, b))
-            value[(a_lo[0] - b_hi[0]) + d_chunk >= 0] = 1.0
-            value[(a_hi[0] - b_lo[0]) + d_chunk <= 0] = 0.0
+            value[offset(a_lo[0], b_hi[0], d_chunk) >= 0] = 1.0
+            value[offset(a_hi[0], b_lo[0], d_chunk) <= 0] = 0.0
         out[start:stop] = value
     np.clip(out, 0.0, 1.0, out=out)
     return out
@@ -277,11 +329,12 @@ def _p_geq_buckets(a_edges: np.ndarray, a_probs: np.ndarray, b_edges: np.ndarray
     the shares of ``u`` below, along and above ``v``'s ramp (each known to the distances'
     rounding, their sum 1 exactly) and the ramp's value at the middle of its share. Nothing
     is divided by a difference of distances, so a bucket narrower than their rounding keeps
-    its weight exact (the whole of it along one piece of ``F_b``: the value there)."""
+    its weight exact (the whole of it along one piece of ``F_b``: the value there). Each
+    ``e_au - e_bv + d`` is rounded once (:func:`offset`), so buckets narrower than the
+    rounding of the edges' distances keep their place against each other."""
     w_a = np.diff(a_edges, axis=0)[None, :, :]                     # (1, Ka, r)
     w_b = np.diff(b_edges, axis=0)[:, None, :]                     # (Kb, 1, r)
-    start = a_edges[None, :-1, :] - b_edges[:-1, None, :]           # e_au - e_bv
-    start += d
+    start = offset(a_edges[None, :-1, :], b_edges[:-1, None, :], d)    # e_au - e_bv + d
     end = start + w_a
     with np.errstate(divide="ignore", invalid="ignore"):
         below = np.where(w_a > 0, np.clip(-start, 0.0, w_a) / w_a, 0.0)

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..probability import stime_table
+from ..probability import offset, stime_table
 from ..timestamps import Histogram
 
 __all__ = ["TemplateTables", "certain_pairs", "void_pairs"]
@@ -43,15 +43,16 @@ def _built(spelling_a: tuple, spelling_b: tuple, delta: float) -> TemplateTables
 
 
 def certain_pairs(lo_a, hi_a, lo_b, hi_b, d: float) -> np.ndarray:
-    """Pairs whose join probability is exactly 1: every outcome is within ``d``. (The
-    times are subtracted first, as the probability does: ``hi_a - d`` would round at
-    epoch seconds, a difference of two near times does not.)"""
-    return (lo_b - hi_a >= -d) & (hi_b - lo_a <= d)
+    """Pairs whose join probability is exactly 1: every outcome is within ``d``. (Each
+    ``time - time + d`` is rounded once, :func:`~penumbra.probability.offset`, so its sign
+    is exact: ``hi_a - d`` would round at epoch seconds, and ``(lo_b - hi_a) + d`` at the
+    step of a difference of 1,000 s, either of which may call a pair certain that is not.)"""
+    return (offset(lo_b, hi_a, d) >= 0) & (offset(hi_b, lo_a, -d) <= 0)
 
 
 def void_pairs(lo_a, hi_a, lo_b, hi_b, d: float) -> np.ndarray:
     """Pairs whose join probability is exactly 0: the supports are at least ``d`` apart."""
-    return (hi_b - lo_a <= -d) | (lo_b - hi_a >= d)
+    return (offset(hi_b, lo_a, d) <= 0) | (offset(lo_b, hi_a, -d) >= 0)
 
 
 @dataclass

@@ -3,12 +3,16 @@ the paper's Lemma 1 and Example 4, bisection, Monte Carlo)."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from penumbra.probability import (
     ge, p_deadline, p_delay, p_geq, p_geq_block, p_within, p_within_block, stime, stime_table)
+from penumbra.errors import ValidationError
 from penumbra.timestamps import Histogram, HistogramBlock
 from tests.oracle import p_geq_exact, p_within_exact, sample, stime_bisection
 from tests.strategies import histograms, random_histogram
@@ -160,6 +164,57 @@ def test_buckets_narrower_than_the_distances_rounding_keep_their_weight():
     got = p_geq_block(HistogramBlock.from_histograms([one]), HistogramBlock.from_histograms(others), -windows)
     expected = [oracle(one, b, -w) for b, w in zip(others, windows)]
     np.testing.assert_allclose(got, expected, rtol=0, atol=5e-11)
+
+
+def test_a_window_below_the_edges_spacing_and_distances_as_large_as_the_window_are_not_rounded_away():
+    """``d`` added to the edges' differences, each sum rounded once: a ``d`` of 1e-12 next
+    to edges at 1e4 (whose float step is 1.8e-12), and buckets of 1e-9 a window of 1,000
+    apart (the step of a difference of 1,000 is 1.1e-13), in one-pair and block form."""
+    cases = [(Histogram([0.0, 1e4, 1e4 + 1e-11], [0.5, 0.5]), Histogram([0.0, 1e4, 1e4 + 1e-11], [0.5, 0.5]), 1e-12),
+             (Histogram([0.0, 1e-9], [1.0]), Histogram([1000.0, 1000.0 + 1e-9], [1.0]), 1000.0),
+             (Histogram([0.3, 0.3 + 1e-9], [1.0]), Histogram([1000.3, 1000.3 + 1e-9], [1.0]), 1000.0),
+             (Histogram([-1e9, -1e9 + 3e-7], [1.0]), Histogram([1e-6, 1e-6 + 2e-7], [1.0]), 1e9 + 1e-6)]
+    for a, b, d in cases:
+        for dd in (d, -d):
+            assert p_geq(a, b, dd) == pytest.approx(oracle(a, b, dd), abs=1e-11), (a, b, dd)
+            got = p_geq_block(HistogramBlock.from_histograms([a]), HistogramBlock.from_histograms([b]), dd)[0]
+            assert got == pytest.approx(oracle(a, b, dd), abs=1e-11), (a, b, dd)
+        exact = float(p_within_exact(a.edges, a.probs, b.edges, b.probs, abs(d)))
+        assert p_within(a, b, abs(d)) == pytest.approx(exact, abs=1e-11)
+    # the second case's probability is just above one half: found, not rounded below it
+    assert p_within(cases[1][0], cases[1][1], 1000.0) > 0.5
+
+
+def test_stime_with_buckets_narrower_than_the_breakpoints_rounding():
+    """Configuration changes ``e_a - e_b`` rounded at thousands move by more than a bucket
+    of 1e-12: between two of them g may not be one quadratic. The time found must still
+    be where g crosses delta (exact rational g a few float steps either side of it)."""
+    rng = np.random.default_rng(23)
+
+    def make(origin):
+        n = int(rng.choice([1, 2, 3, 5, 10]))
+        widths = rng.choice([1e-12, 1e-9, 1e-6, 1e-3, 0.5, 1.0, 7.0, 1e3], n) * rng.uniform(0.5, 2, n)
+        probs = rng.choice([0.0, 1e-15, 0.3, 0.6, 0.9], n) * rng.uniform(0.5, 1.5, n)
+        probs[0] = probs[0] or 1.0
+        return Histogram(origin + np.concatenate(([0.0], np.cumsum(widths))), probs / math.fsum(probs))
+
+    checked = 0
+    while checked < 400:
+        origin = float(rng.choice([0.0, 1e3, 1e9]))
+        try:
+            h_i, h_j = make(origin), make(origin + float(rng.choice([0.0, 0.5, 10.0, -10.0])))
+        except ValidationError:          # a bucket too narrow for its origin's float step
+            continue
+        delta = float(rng.choice([0.5, 0.9, 0.1, rng.uniform(0.01, 0.99)]))
+        earliest = bool(rng.random() < 0.3)
+        t = stime(h_i, h_j, delta, earliest=earliest)
+        x = Fraction(t) - Fraction(float(h_j.hi))
+        step = Fraction(8 * (np.spacing(abs(t)) + np.spacing(abs(h_j.hi))))
+        before = p_geq_exact(h_i.edges, h_i.probs, h_j.edges, h_j.probs, -(x - step))
+        after = p_geq_exact(h_i.edges, h_i.probs, h_j.edges, h_j.probs, -(x + step))
+        assert before >= Fraction(delta) - Fraction(1, 10 ** 9) and after <= Fraction(delta) + Fraction(1, 10 ** 9), \
+            (h_i, h_j, delta, earliest, t)
+        checked += 1
 
 
 def test_a_block_of_one_pairs_with_every_row():

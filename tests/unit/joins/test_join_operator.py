@@ -755,6 +755,35 @@ def test_an_interval_far_narrower_than_its_partner_keeps_its_probability(strateg
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_narrow_events_a_window_apart_are_weighed_and_decided_exactly(strategy):
+    """Events of 1e-9 a window of 1,000 apart: their pair is just above one half, which the
+    differences of times far apart (steps of 1.1e-13) would round below it, losing the
+    match at 0.5. And a self-join's pair that misses certainty by 1.2e-9 (an end 1.37e-9
+    short of the window) is not called certain."""
+    streams = parse_streams({"S": {"pi": 100, "max_delay": 1e9}, "T": {"pi": 100, "max_delay": 1e9}})
+    events = [parse_event({"stream": "S", "id": "a", "ts": {"lo": 0.0, "hi": 1e-9}}, streams),
+              parse_event({"stream": "T", "id": "b", "ts": {"lo": 1000.0, "hi": 1000.0 + 1e-9}}, streams)]
+    exact = float(uniforms_within((0.0, 1e-9), (1000.0, 1000.0 + 1e-9), 1000.0))
+    assert 0.5 < exact < 0.50001
+    op = compile_query(f"SELECT * FROM S A, T B WHERE WINDOW(A, B) = 1000 WITH THRESHOLD 0.5 USING {strategy}", streams)
+    found, _ = run(op, events, 2)
+    assert found.keys() == {("a", "b")} and found["a", "b"] == pytest.approx(exact, abs=1e-11)
+
+    streams = parse_streams({"S": {"pi": 10, "max_delay": 1e9}})
+    near = [parse_event({"stream": "S", "id": "x", "ts": {"lo": 500.0, "hi": 500.00000000137}}, streams),
+            parse_event({"stream": "S", "id": "y", "ts": {"edges": [-1499.99999999863, -1499.99999999763],
+                                                          "probs": [1.0]}}, streams)]
+    exact = float(uniforms_within((500.0, 500.00000000137), (-1499.99999999863, -1499.99999999763), 2000.0))
+    assert 1 - 1e-8 < exact < 1 - 1e-10
+    op = compile_query(f"SELECT * FROM S A, S B WHERE WINDOW(A, B) = 2000 WITH THRESHOLD 0.9 USING {strategy}",
+                       streams)
+    found, _ = run(op, near[::-1], 1)
+    assert found.keys() == {("x", "y"), ("y", "x")}
+    for p in found.values():
+        assert p < 1.0 and p == pytest.approx(exact, abs=1e-11)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_nearly_certain_pair_at_epoch_seconds_is_not_rounded_to_certain(strategy):
     """At 1.7e9 a float steps by 2.4e-7, so ``max(H_a) - d`` rounds; the supports' test
     subtracts the times first, as the probability does. This pair's probability is
