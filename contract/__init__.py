@@ -13,11 +13,21 @@ nothing above it; docs/redis.md describes every key and docs/architecture.md the
 'pn:out:matches:intrusion'
 """
 
-from .entries import DEAD_RAW_BYTES, dead_raw, encode
-from .ingest import append_events, end_of_input
-from .keys import Keys
-from .registry import Registry, RegistryError
-from .settings import SharedSettings
+from importlib import import_module
 
-__all__ = ["DEAD_RAW_BYTES", "Keys", "Registry", "RegistryError", "SharedSettings", "append_events", "dead_raw",
-           "encode", "end_of_input"]
+#: what the package offers, by the module that defines it: imported on first use, so that
+#: a process that needs only the key names or the entries (a Spark job's Python worker)
+#: does not import the registry's or the settings' dependencies as well
+_DEFINED_IN = {"DEAD_RAW_BYTES": "entries", "dead_raw": "entries", "encode": "entries",
+               "append_events": "ingest", "end_of_input": "ingest", "Keys": "keys",
+               "Registry": "registry", "RegistryError": "registry", "SharedSettings": "settings"}
+
+__all__ = sorted(_DEFINED_IN)
+
+
+def __getattr__(name: str):
+    if name not in _DEFINED_IN:
+        raise AttributeError(f"module 'contract' has no attribute {name!r}")
+    value = getattr(import_module(f".{_DEFINED_IN[name]}", __name__), name)
+    globals()[name] = value
+    return value

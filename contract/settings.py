@@ -22,9 +22,21 @@ from .dead import DEAD_MAX_MB
 from .identity import DEFAULT_HORIZON_HOURS
 from .keys import DEFAULT_PREFIX, PREFIX_PATTERN, Keys
 
-__all__ = ["DEFAULT_REDIS_URL", "SharedSettings"]
+__all__ = ["DEFAULT_REDIS_URL", "SharedSettings", "masked_url"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def masked_url(url: str) -> str:
+    """A Redis URL without its password, for messages and logs.
+
+    >>> masked_url("redis://:s3cret@127.0.0.1:6379/0")
+    'redis://***@127.0.0.1:6379/0'
+    """
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return scheme + sep + rest
 
 
 def _home() -> Path:

@@ -3,19 +3,23 @@ variables with the ``PENUMBRA_`` prefix, each with a local default."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pydantic import Field
 
 from contract.settings import SharedSettings
 
-__all__ = ["QUICK_JIT", "JobSettings"]
+__all__ = ["CLASS_ARCHIVE", "QUICK_JIT", "JobSettings"]
 
 #: The JIT the job's JVMs run by default: C1 alone, no C2. The job's JVM moves bytes
 #: (Arrow batches, the shuffle, RocksDB, the checkpoint) while Python does the work; on two
 #: cores C2 kept compiling through a whole 60 s drain, taking a fifth of a core from the Python
 #: workers (docs/pipeline.md).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: Spark's classes as the driver's JVM loaded them, archived by ``make setup``
+#: (scripts/build-class-archive.py): mapped at the JVM's start rather than loaded one by one
+CLASS_ARCHIVE = Path(sys.prefix) / "share" / "penumbra" / "spark-driver.jsa"
 
 
 class JobSettings(SharedSettings):
@@ -55,6 +59,9 @@ class JobSettings(SharedSettings):
     java_options: str = Field(QUICK_JIT, description=(
         "options of the job's JVMs: the driver's, and each executor's on a cluster (spark.driver.extraJavaOptions, "
         "spark.executor.extraJavaOptions); empty: Spark's own. The default runs the JIT's C1 alone"))
+    class_archive: str = Field(str(CLASS_ARCHIVE), description=(
+        "the class-data-sharing archive the driver's JVM starts from, when the file exists (make setup builds "
+        "it); empty: none"))
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -49,7 +49,7 @@ import redis
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from contract.entries import restart_entry
-from contract.settings import DEFAULT_REDIS_URL, SharedSettings
+from contract.settings import DEFAULT_REDIS_URL, SharedSettings, masked_url
 
 from .processes import LOOPBACK, PROJECT_ROOT, Child, api_answers, describe_exit
 
@@ -188,14 +188,6 @@ def port_in_use(port: int) -> bool:
             return False
         except OSError:
             return True
-
-
-def _masked(url: str) -> str:
-    """A Redis URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    return scheme + sep + rest
 
 
 class Supervisor:
@@ -378,13 +370,13 @@ class Supervisor:
         next_progress = began + PROGRESS_SECONDS
         self.announced = announced = False
         if self.redis is None:
-            self.say(f"redis: using {_masked(self.redis_url)}")
+            self.say(f"redis: using {masked_url(self.redis_url)}")
         while not self.stopping:
             now = time.monotonic()
             # the job and the API start once Redis answers and the admin token is settled
             if self.admin_note is None and (self.redis is None or self.redis.ready_at is not None):
                 if not self._bootstrap_admin() and self.redis is None and now - began > self.settings.up_start_timeout:
-                    self.say(f"penumbra up: error: no Redis answers at {_masked(self.redis_url)}")
+                    self.say(f"penumbra up: error: no Redis answers at {masked_url(self.redis_url)}")
                     return 1
             for child in self.children:
                 if child.process is None:
@@ -428,7 +420,7 @@ class Supervisor:
                 next_progress = now + PROGRESS_SECONDS
                 waiting = [c.waiting_for for c in self.children if c.process is not None and c.ready_at is None]
                 if self.admin_note is None and self.redis is None:
-                    waiting.append(f"Redis at {_masked(self.redis_url)}")
+                    waiting.append(f"Redis at {masked_url(self.redis_url)}")
                 if waiting:
                     self.say(f"up: waiting for {', '.join(waiting)} ({now - began:.0f} s)")
             time.sleep(POLL_SECONDS)

@@ -1,5 +1,5 @@
-"""The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2),
-talks to its Python workers over Unix sockets, and writes its checkpoint through Penumbra's
+"""The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2)
+and Spark's classes mapped from the archive ``make setup`` builds, talks to its Python workers over Unix sockets, and writes its checkpoint through Penumbra's
 local file system (no chmod process a file)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from spark_jobs.job import LOCAL_FILE_SYSTEM, LOCAL_FILE_SYSTEM_JAR
-from spark_jobs.settings import QUICK_JIT, JobSettings
+from spark_jobs.settings import CLASS_ARCHIVE, QUICK_JIT, JobSettings
 from tests.integration.conftest import command_lines
 
 
@@ -40,6 +40,15 @@ def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
     # the daemon and the workers it forked: each worker's channel to the JVM is a Unix socket
     assert any(sockets & unix for sockets in held.values()), held
     assert all(not (sockets & tcp) or sockets & unix for sockets in held.values()), held
+
+
+def test_the_jobs_jvm_maps_sparks_classes_from_the_archive(pipeline):
+    assert CLASS_ARCHIVE.exists(), "make setup builds it (scripts/build-class-archive.py)"
+    jvm, argv = _job_jvm(pipeline)
+    assert f"-XX:SharedArchiveFile={CLASS_ARCHIVE}".encode() in argv
+    # a JVM that cannot use the archive says so and starts without it: mapped, it is in use
+    assert str(CLASS_ARCHIVE) in Path(f"/proc/{jvm}/maps").read_text()
+    assert "Unable to use shared archive" not in pipeline.job.log.read_text(errors="replace")
 
 
 #: a flight recording of the processes a JVM starts, and nothing else

@@ -151,7 +151,12 @@ def test_first_up_starts_redis_the_job_and_the_api(scenario):
     # each child leads its own process group, apart from up's
     for pid in (redis_pid, int(beat["pid"])):
         assert pid in processes_of(scenario.home) and os.getpgid(pid) == pid != os.getpgid(up.process.pid)
-    assert {p.name for p in (scenario.home / "var" / "log").iterdir()} >= {"redis.log", "job.log", "api.log"}
+    logs = {p.name: p.read_text(errors="replace") for p in (scenario.home / "var" / "log").iterdir()}
+    assert set(logs) >= {"redis.log", "job.log", "api.log"}
+    # the job names the Redis it uses, without the password up made for it
+    password = (scenario.home / "var" / "redis" / "password").read_text().strip()
+    assert "started: redis redis://***@127.0.0.1" in logs["job.log"]
+    assert [name for name, text in logs.items() if password in text] == []
     scenario.done.add("up")
 
 
