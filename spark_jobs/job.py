@@ -35,6 +35,7 @@ from contract.keys import Keys
 from contract.logs import configure
 from contract.settings import masked_url
 
+from . import scratch
 from .processor import OUTPUT, GroupProcessor
 from .settings import JobSettings
 from .sink import Sink
@@ -61,9 +62,10 @@ HEARTBEAT_SECONDS = 1.0
 
 def build_session(settings: JobSettings) -> SparkSession:
     """A SparkSession (bound to loopback unless the settings say otherwise), with RocksDB
-    state, few shuffle partitions, Unix sockets to its Python workers and the settings' JVM
-    options."""
+    state, few shuffle partitions, Unix sockets to its Python workers, the settings' JVM
+    options, and its temporary files in this process's scratch folder (spark_jobs/scratch.py)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    folder = scratch.claim()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     package_root = str(Path(__file__).resolve().parent.parent)
     builder = (SparkSession.builder.master(settings.spark_master).appName("penumbra")
@@ -89,15 +91,18 @@ def build_session(settings: JobSettings) -> SparkSession:
         # each (3.5 ms; six or seven a batch). On a cluster the executors' JVMs lack the class.
         builder = (builder.config("spark.driver.extraClassPath", str(LOCAL_FILE_SYSTEM_JAR))
                    .config("spark.hadoop.fs.file.impl", LOCAL_FILE_SYSTEM))
-    driver_options = settings.java_options
+    # the native libraries the JVM unpacks, Spark's sockets to the Python workers, and its
+    # local folders (spark.local.dir, whose default is java.io.tmpdir: temporary files and
+    # shuffle blocks): gone with the process, or at the next start if it was killed. On a
+    # cluster each worker keeps its executors' files where it is set up to.
+    driver_options = f"{settings.java_options} -Djava.io.tmpdir={folder}".strip()
     archive = Path(settings.class_archive) if settings.class_archive else None
     if archive and archive.exists() and "ArchiveClasses" not in driver_options and "SharedArchive" not in driver_options:
         # Spark's classes mapped from the archive make setup built, not loaded and verified one
         # by one: the session starts in about half the time (docs/pipeline.md)
-        driver_options = f"{driver_options} -XX:SharedArchiveFile={archive}".strip()
-    if driver_options:
-        # the driver's take effect when this process starts the JVM (not under spark-submit)
-        builder = builder.config("spark.driver.extraJavaOptions", driver_options)
+        driver_options = f"{driver_options} -XX:SharedArchiveFile={archive}"
+    # the driver's take effect when this process starts the JVM (not under spark-submit)
+    builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if settings.java_options:
         builder = builder.config("spark.executor.extraJavaOptions", settings.java_options)
     spark = builder.getOrCreate()

@@ -114,6 +114,19 @@ class Pipeline:
         except (ProcessLookupError, PermissionError):
             return False
 
+    def jvm(self) -> tuple[int, list[bytes]]:
+        """The JVM of the job's process group (the job starts a session of its own): pid, argv."""
+        found = next(((pid, argv) for pid, argv in command_lines().items()
+                      if argv[0].endswith(b"java") and _group(pid) == self.job.process.pid), None)
+        assert found is not None, "no JVM in the job's process group"
+        return found
+
+    def scratch(self) -> Path:
+        """The folder the job's JVM keeps its temporary files in (its java.io.tmpdir)."""
+        _, argv = self.jvm()
+        option = next(arg for arg in argv if arg.startswith(b"-Djava.io.tmpdir="))
+        return Path(option.split(b"=", 1)[1].decode())
+
     def restart(self) -> None:
         self.job.stop()
         self.start()
@@ -150,6 +163,13 @@ class Pipeline:
             for query_id in queries:
                 self.registry.remove(query_id)
         return found
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 @pytest.fixture(scope="package")

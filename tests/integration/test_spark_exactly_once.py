@@ -71,9 +71,13 @@ def test_kill_9_at_several_points_loses_and_duplicates_nothing(pipeline):
         # the first kill as soon as the marker moves: most likely before Spark's own commit,
         # so the restart replays a batch the sink already wrote
         time.sleep(0.0 if kills == 0 else rng.uniform(0.0, 0.3))
+        scratch = pipeline.scratch()
         pipeline.job.kill()
         kills += 1
+        # what the killed JVM unpacked and kept (some 15 MB) stays until the next start
+        assert any(scratch.glob("librocksdbjni*"))
         pipeline.start()
+        assert not scratch.exists()
     pipeline.end(join_id, pattern_id)
     assert kills == 2
     expected = {join_id: local(join_text, streams, joins), pattern_id: local(pattern_text, pattern_streams, patterns)}

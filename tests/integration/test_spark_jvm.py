@@ -1,12 +1,14 @@
 """The job's JVM starts with the settings' options (by default the JIT's C1 alone, no C2)
-and Spark's classes mapped from the archive ``make setup`` builds, talks to its Python workers over Unix sockets, and writes its checkpoint through Penumbra's
-local file system (no chmod process a file)."""
+and Spark's classes mapped from the archive ``make setup`` builds, talks to its Python
+workers over Unix sockets, writes its checkpoint through Penumbra's local file system (no
+chmod process a file), and keeps its temporary files in a folder of its own."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from spark_jobs.job import LOCAL_FILE_SYSTEM, LOCAL_FILE_SYSTEM_JAR
@@ -17,7 +19,7 @@ from tests.integration.conftest import command_lines
 def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
     assert JobSettings().java_options == QUICK_JIT
     # the JVM of the job's process group (the job starts a session of its own)
-    jvm, argv = _job_jvm(pipeline)
+    jvm, argv = pipeline.jvm()
     assert QUICK_JIT.encode() in argv
     threads = [name for name in map(_thread_name, Path(f"/proc/{jvm}/task").iterdir()) if name is not None]
     assert any(name.startswith("C1 CompilerThre") for name in threads), threads
@@ -27,7 +29,7 @@ def test_the_jobs_jvm_compiles_with_c1_alone(pipeline):
 def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
     pipeline.sync()  # a batch has run: its read tasks took Python workers
     # the daemon (in a process group of its own) is the JVM's child, the workers the daemon's
-    jvm, _ = _job_jvm(pipeline)
+    jvm, _ = pipeline.jvm()
     processes = command_lines()
     daemons = [pid for pid in _children(jvm) if b"pyspark.daemon" in processes.get(pid, [])]
     assert daemons, "no Python daemon under the job's JVM"
@@ -44,11 +46,28 @@ def test_the_jobs_python_workers_talk_to_its_jvm_over_unix_sockets(pipeline):
 
 def test_the_jobs_jvm_maps_sparks_classes_from_the_archive(pipeline):
     assert CLASS_ARCHIVE.exists(), "make setup builds it (scripts/build-class-archive.py)"
-    jvm, argv = _job_jvm(pipeline)
+    jvm, argv = pipeline.jvm()
     assert f"-XX:SharedArchiveFile={CLASS_ARCHIVE}".encode() in argv
     # a JVM that cannot use the archive says so and starts without it: mapped, it is in use
     assert str(CLASS_ARCHIVE) in Path(f"/proc/{jvm}/maps").read_text()
     assert "Unable to use shared archive" not in pipeline.job.log.read_text(errors="replace")
+
+
+
+def test_the_jobs_temporary_files_are_in_a_folder_of_its_own(pipeline):
+    pipeline.sync()  # a batch has run: its state stores loaded RocksDB's native library
+    jvm, _ = pipeline.jvm()
+    folder = pipeline.scratch()
+    # the job process's own: named by its pid, under this user's folder in the system's temporary folder
+    assert folder.parent == Path(tempfile.gettempdir()) / f"penumbra-{os.getuid()}"
+    assert folder.name.split("-")[0] == str(pipeline.job.process.pid)
+    assert folder.parent.stat().st_mode & 0o777 == 0o700 and folder.stat().st_mode & 0o777 == 0o700
+    # what the JVM unpacked (the native libraries it mapped), and Spark's local folders
+    unpacked = {line.split()[-1] for line in Path(f"/proc/{jvm}/maps").read_text().splitlines()
+                if "librocksdbjni" in line or "liblz4" in line}
+    assert any("librocksdbjni" in path for path in unpacked), unpacked
+    assert all(Path(path).parent == folder for path in unpacked), unpacked
+    assert list(folder.glob("blockmgr-*")), sorted(p.name for p in folder.iterdir())
 
 
 #: a flight recording of the processes a JVM starts, and nothing else
@@ -61,7 +80,7 @@ PROCESS_STARTS = """<?xml version="1.0" encoding="UTF-8"?>
 
 def test_the_jobs_checkpoint_is_written_without_a_process_a_file(pipeline, tmp_path):
     assert LOCAL_FILE_SYSTEM_JAR.exists(), "make setup builds it (scripts/build-hadoop-fs.sh)"
-    jvm, argv = _job_jvm(pipeline)
+    jvm, argv = pipeline.jvm()
     assert any(str(LOCAL_FILE_SYSTEM_JAR).encode() in arg for arg in argv), argv
     assert f"spark.hadoop.fs.file.impl={LOCAL_FILE_SYSTEM}".encode() in b" ".join(argv)
     pipeline.sync()
@@ -91,14 +110,6 @@ def _jdk(tool: str, *args: str) -> str:
     """A JDK tool's output (the JDK javac came with: ``make setup`` installs it)."""
     found = shutil.which(tool) or str(Path(shutil.which("javac")).resolve().parent / tool)
     return subprocess.run([found, *args], check=True, capture_output=True, text=True, timeout=120).stdout
-
-
-def _job_jvm(pipeline) -> tuple[int, list[bytes]]:
-    """The JVM of the job's process group (the job starts a session of its own): pid, argv."""
-    found = next(((pid, argv) for pid, argv in command_lines().items()
-                  if argv[0].endswith(b"java") and _group(pid) == pipeline.job.process.pid), None)
-    assert found is not None, "no JVM in the job's process group"
-    return found
 
 
 def _children(parent: int) -> list[int]:
@@ -135,11 +146,4 @@ def _thread_name(task: Path) -> str | None:
     try:
         return (task / "comm").read_text().strip()
     except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def _group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
         return None
