@@ -22,7 +22,9 @@ prints the figures and writes bench/out/events_parsing.png and events_parsing.md
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -89,7 +91,9 @@ def main() -> None:
     count, repeats = (5_000, 1) if args.quick else (200_000, 3)
     report = Report("events_parsing_quick" if args.quick else "events_parsing", "Event parsing and validation (one core)")
     say = report.say
-    path = Path(tempfile.mkdtemp(prefix="penumbra-parse-")) / "events.jsonl"
+    folder = Path(tempfile.mkdtemp(prefix="penumbra-parse-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "events.jsonl"
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(event_to_json(e)) + "\n" for e in patterns_workloads.dense_events(count))
     say(f"{count:,} events of the dense pattern workload, {path.stat().st_size / count:.0f} bytes a line; "

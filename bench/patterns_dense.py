@@ -27,9 +27,11 @@ prints the figures and writes bench/out/patterns_dense.png and patterns_dense.md
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -184,6 +186,7 @@ def main() -> None:
     before = baseline.tree()
     script = Path(__file__).resolve()
     folder = Path(tempfile.mkdtemp(prefix="penumbra-dense-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     say(f"{count:,} events per workload, blocks of {BLOCK:,}; 'before' is commit {baseline.BEFORE}")
     rows = []
     for k, workload in enumerate(build(count)):
