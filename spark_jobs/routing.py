@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import redis
 
+from contract.connection import riding_out
 from contract.entries import BLOCK_FIELD, CONTROL_FIELD, COUNT_FIELD, EVENT_FIELD, encode, read_end_mark
 from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
@@ -205,7 +206,7 @@ def compiled(url: str, prefix: str, version: int, groups: int) -> _Compiled:
     """The registry at ``version``, compiled once per executor process."""
     key = (url, prefix, version, groups)
     if key not in _cache:
-        client = redis.Redis.from_url(url)
+        client = riding_out(url)
         try:
             _cache[key] = _Compiled(Registry(client, Keys(prefix)).at(version), groups)
         finally:

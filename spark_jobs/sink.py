@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import redis
 
 from contract.archive import ArchiveWriter
+from contract.connection import asking_once, patiently
 from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
@@ -75,13 +76,13 @@ class Sink:
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.url)
+            # a call is never sent again by the client: a MULTI/EXEC Redis ran before the
+            # connection broke would write twice; write_once finds out what took effect
+            self._client = asking_once(self.url)
         return self._client
 
     def __call__(self, frame, batch_id: int) -> None:
-        keys, client = self.keys, self.client
-        committed = client.hget(keys.batches, self.job)
-        if committed is not None and batch_id <= int(committed):
+        if self._written(batch_id):
             # written before a crash, not yet committed by Spark: the plan still runs, so every
             # state store commits this batch's state (Spark refuses a batch that skips them)
             frame.write.format("noop").mode("overwrite").save()
@@ -99,9 +100,9 @@ class Sink:
             timings["sink_plan"] = round((collected - started) * 1000, 1)
             timings["sink_wait"] = round((time.perf_counter() - collected) * 1000, 1)
             if pc.any(pc.equal(rows.column("kind"), "f")).as_py():
-                self.write(rows, batch_id)      # the quarantine before the next batch is planned
+                self.write_once(rows, batch_id)      # the quarantine before the next batch is planned
                 return
-            self.store(rows, batch_id)
+            patiently(f"batch {batch_id}: storing its rows", lambda: self.store(rows, batch_id))
         self._writing = threading.Thread(target=self._write_behind, args=(rows, batch_id),
                                          name=f"penumbra-sink-{batch_id}", daemon=True)
         self._writing.start()
@@ -119,25 +120,24 @@ class Sink:
     def recover(self) -> int | None:
         """Writes the batch stored before a crash, if Redis has not got it yet (the id of the
         batch written, if any); the job calls it before it starts its streaming query."""
-        stored = self.client.get(self.keys.pending(self.job))
+        stored = patiently("the stored batch", lambda: self.client.get(self.keys.pending(self.job)))
         if stored is None:
             return None
         head, _, body = stored.partition(b"\n")
         batch_id = int(head)
-        committed = self.client.hget(self.keys.batches, self.job)
-        if committed is not None and batch_id <= int(committed):
-            self.client.delete(self.keys.pending(self.job))
+        if self._written(batch_id):
+            patiently("the stored batch", lambda: self.client.delete(self.keys.pending(self.job)))
             return None
         rows = pa.ipc.open_stream(body).read_all()
         with collector_paused():
-            self.write(rows, batch_id)
+            self.write_once(rows, batch_id)
         log.info("batch %d: written on restart from the rows stored before a crash", batch_id)
         return batch_id
 
     def _write_behind(self, rows: pa.Table, batch_id: int) -> None:
         try:
             with collector_paused():
-                self.write(rows, batch_id)
+                self.write_once(rows, batch_id)
         except BaseException as error:     # noqa: BLE001 - raised by the next call; the job stops on it
             log.error("batch %d: writing failed (its rows stay stored for the next start): %s", batch_id, error)
             self.failure = error
@@ -171,6 +171,20 @@ class Sink:
             if not written:
                 self.timings.pop(earlier, None)
         return out
+
+    def _written(self, batch_id: int) -> bool:
+        """The batch is written (the job's marker is at it or beyond)."""
+        committed = patiently(f"batch {batch_id}: the marker", lambda: self.client.hget(self.keys.batches, self.job))
+        return committed is not None and batch_id <= int(committed)
+
+    def write_once(self, rows: pa.Table, batch_id: int) -> None:
+        """:meth:`write`, unless the batch is written; after a lost connection, again once
+        Redis answers, unless the write that was under way took effect (for up to
+        :data:`~contract.connection.OUTAGE_SECONDS`: a Redis restart costs a pause)."""
+        def step() -> None:
+            if not self._written(batch_id):
+                self.write(rows, batch_id)
+        patiently(f"batch {batch_id}: writing", step)
 
     def write(self, rows: pa.Table, batch_id: int) -> None:
         """Writes the rows of a batch (an Arrow table of :data:`~spark_jobs.processor.OUTPUT`)

@@ -33,6 +33,7 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from contract.connection import riding_out
 from contract.entries import BLOCK_FIELD, COUNT_FIELD, EVENT_FIELD, block_count
 from contract.keys import DEFAULT_PREFIX, Keys
 from contract.registry import Registry
@@ -160,7 +161,7 @@ _clients: dict[str, redis.Redis] = {}
 def _client(url: str) -> redis.Redis:
     """The driver's connection (never part of a pickled reader)."""
     if url not in _clients:
-        _clients[url] = redis.Redis.from_url(url)
+        _clients[url] = riding_out(url)
     return _clients[url]
 
 
@@ -262,7 +263,7 @@ class IngestReader(DataSourceStreamReader):
         (:func:`~penumbra.events.collector_paused`)."""
         if partition.start == partition.stop:
             return
-        client = redis.Redis.from_url(self.url)
+        client = riding_out(self.url)
         client.set_response_callback("XRANGE", _as_sent)
         try:
             after, seq, take = partition.start, partition.first, FIRST_TAKE

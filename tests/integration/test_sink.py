@@ -5,6 +5,9 @@ committed-batch marker with them."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 import redis
 
 import contract.results
+from contract.connection import riding_out
 from contract.results import match_payload
 from contract.alarms import instance_id, key_json, read_instance
 from contract.registry import Registry
@@ -190,3 +194,88 @@ def test_a_write_behind_is_reported_with_the_batch_during_which_it_ran(redis_ser
     sink.timings[4] = {"sink_plan": 12.0}
     assert sink.pop_timings(4) == {"sink_plan": 12.0, **written}
     assert sink.pop_timings(5) == {} and sink.timings == {}
+
+
+class DroppingProxy:
+    """A loopback TCP proxy to Redis that, once armed, relays the next EXEC to Redis and
+    drops the client's connection before Redis's answer reaches it: a transaction Redis
+    ran whose caller cannot know it."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.armed = threading.Event()
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            dropping = threading.Event()
+            threading.Thread(target=self._up, args=(client, upstream, dropping), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client, dropping), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket, dropping: threading.Event) -> None:
+        with client, upstream:
+            while data := _received(client):
+                if self.armed.is_set() and b"EXEC\r\n" in data:
+                    self.armed.clear()
+                    dropping.set()              # Redis's answer is not relayed
+                    upstream.sendall(data)
+                    time.sleep(0.3)             # Redis runs the transaction
+                    self.dropped += 1
+                    return
+                upstream.sendall(data)
+
+    @staticmethod
+    def _down(upstream: socket.socket, client: socket.socket, dropping: threading.Event) -> None:
+        while (data := _received(upstream)) and not dropping.is_set():
+            try:
+                client.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _received(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 16)
+    except OSError:
+        return b""
+
+
+def test_a_transaction_redis_ran_before_the_connection_broke_is_not_written_again(redis_server, keys):
+    client = redis.Redis.from_url(redis_server.url)
+    proxy = DroppingProxy(client.connection_pool.connection_kwargs["port"])
+    try:
+        # the hazard: a client that sends calls again (the one the job reads with) sends the
+        # broken transaction again, and Redis runs it twice
+        hasty = riding_out(proxy.url)
+        proxy.armed.set()
+        hasty.pipeline(transaction=True).incr(f"{keys.prefix}:n").execute()
+        assert proxy.dropped == 1 and int(client.get(f"{keys.prefix}:n")) == 2
+        hasty.close()
+        # the sink's transaction, broken the same way: found written, not written again
+        sink = Sink(proxy.url, keys, "job-broken", result_maxlen=1_000, dead_maxlen=100, obs_maxlen=100)
+        rows = match_rows("q-broken", 20, "x")
+        proxy.armed.set()
+        sink.write_once(collected(rows), 7)
+        assert proxy.dropped == 2
+        entries = [fields for _, fields in client.xrange(keys.matches("q-broken"))]
+        assert entries == [expected_entry("q-broken", row, 7) for row in rows]
+        assert int(client.hget(keys.batches, "job-broken")) == 7 and int(client.hget(keys.counts, "matches")) == 20
+        added = sum(read_instance(r)["added"] for r in client.hgetall(keys.instances("q-broken")).values())
+        assert added == 20
+        # and a batch the marker covers is not written again either
+        sink.write_once(collected(rows), 7)
+        assert client.xlen(keys.matches("q-broken")) == 20
+    finally:
+        proxy.close()
+        client.close()

@@ -1,0 +1,50 @@
+"""Asking Redis again: a step is run again while Redis is unavailable, for a bounded time,
+and any other error goes straight through."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from contract.connection import asking_once, patiently, riding_out
+
+
+def test_a_step_is_run_again_until_redis_answers():
+    calls = []
+
+    def step():
+        calls.append(time.monotonic())
+        if len(calls) < 4:
+            raise redis.BusyLoadingError("Redis is loading the dataset in memory")
+        return "done"
+
+    assert patiently("loading", step) == "done"
+    assert len(calls) == 4
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert gaps == sorted(gaps) and gaps[0] >= 0.09     # pauses that grow
+
+
+def test_an_outage_longer_than_the_patience_raises_the_last_error():
+    began = time.monotonic()
+    with pytest.raises(redis.ConnectionError, match="refused"):
+        patiently("gone", lambda: (_ for _ in ()).throw(redis.ConnectionError("Connection refused")), seconds=1.0)
+    assert 0.5 < time.monotonic() - began < 1.5
+
+
+def test_other_errors_are_not_asked_again():
+    calls = []
+
+    def step():
+        calls.append(1)
+        raise redis.ResponseError("WRONGTYPE")
+
+    with pytest.raises(redis.ResponseError):
+        patiently("wrong", step)
+    assert calls == [1]
+
+
+def test_the_two_clients_ask_again_or_never():
+    assert riding_out("redis://127.0.0.1:9/0").get_retry().get_retries() >= 30
+    assert asking_once("redis://127.0.0.1:9/0").get_retry().get_retries() == 0
