@@ -57,6 +57,9 @@ LOCAL_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.File
 #: its own starts a ``chmod`` process for every file it creates.
 LOCAL_FILE_SYSTEM = "penumbra.hadoop.LocalFileSystem"
 LOCAL_FILE_SYSTEM_JAR = Path(sys.prefix) / "share" / "penumbra" / "penumbra-hadoop.jar"
+#: The longest folder Spark's sockets to the Python workers fit in (a Unix socket's path holds
+#: 107 bytes, and Spark names them ``/.<uuid>.sock``, 43)
+SOCKET_FOLDER_CHARS = 64
 HEARTBEAT_SECONDS = 1.0
 
 
@@ -95,14 +98,20 @@ def build_session(settings: JobSettings) -> SparkSession:
     # local folders (spark.local.dir, whose default is java.io.tmpdir: temporary files and
     # shuffle blocks): gone with the process, or at the next start if it was killed. On a
     # cluster each worker keeps its executors' files where it is set up to.
-    driver_options = f"{settings.java_options} -Djava.io.tmpdir={folder}".strip()
+    driver_options = settings.java_options
+    if "-Djava.io.tmpdir=" not in driver_options and not any(c.isspace() for c in str(folder)):
+        driver_options = f"{driver_options} -Djava.io.tmpdir={folder}".strip()
+        if len(str(folder)) > SOCKET_FOLDER_CHARS:
+            # a Unix socket's path holds 107 bytes; Spark's are named .<uuid>.sock
+            builder = builder.config("spark.python.unix.domain.socket.dir", "/tmp")
     archive = Path(settings.class_archive) if settings.class_archive else None
     if archive and archive.exists() and "ArchiveClasses" not in driver_options and "SharedArchive" not in driver_options:
         # Spark's classes mapped from the archive make setup built, not loaded and verified one
         # by one: the session starts in about half the time (docs/pipeline.md)
         driver_options = f"{driver_options} -XX:SharedArchiveFile={archive}"
-    # the driver's take effect when this process starts the JVM (not under spark-submit)
-    builder = builder.config("spark.driver.extraJavaOptions", driver_options)
+    if driver_options:
+        # the driver's take effect when this process starts the JVM (not under spark-submit)
+        builder = builder.config("spark.driver.extraJavaOptions", driver_options)
     if settings.java_options:
         builder = builder.config("spark.executor.extraJavaOptions", settings.java_options)
     spark = builder.getOrCreate()

@@ -73,11 +73,16 @@ def claim() -> Path:
     if _claimed is not None:
         return _claimed
     under = root()
-    under.mkdir(mode=0o700, exist_ok=True)
-    if not _ours(under):
-        # someone else's folder, or one others may write in: a private one of our own instead
+    try:
+        under.mkdir(mode=0o700, exist_ok=True)
+    except FileExistsError:     # a file or a link where the folder belongs: not ours
+        pass
+    if not _ours(under) or _started(os.getpid()) is None:
+        # someone else's folder, one others may write in, or no /proc to tell the living from
+        # the gone: a private folder of our own instead, never swept
         folder = Path(tempfile.mkdtemp(prefix="penumbra-job-"))
-        log.warning("%s is not this user's alone; scratch in %s, not swept at the next start", under, folder)
+        log.warning("scratch in %s, not swept at the next start (%s is not this user's alone, or there is "
+                    "no /proc)", folder, under)
     else:
         gone = sweep(under)
         if gone:

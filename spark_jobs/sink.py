@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import redis
 
 from contract.archive import ArchiveWriter
-from contract.connection import asking_once, patiently
+from contract.connection import asking_once, patiently, riding_out
 from contract.dead import DEAD_MAX_MB, queue_dead, trim_dead
 from contract.entries import late_letter, live_batch, observation_entry, rejected_letter
 from contract.keys import Keys
@@ -51,6 +51,9 @@ from penumbra.keyed import PER_BLOCK, combine, state_part
 __all__ = ["Sink"]
 
 log = logging.getLogger("penumbra.job")
+
+#: Transactions a batch's write tries while the marker moves under it (other jobs' batches)
+WATCH_TRIES = 20
 
 
 class Sink:
@@ -178,17 +181,24 @@ class Sink:
         return committed is not None and batch_id <= int(committed)
 
     def write_once(self, rows: pa.Table, batch_id: int) -> None:
-        """:meth:`write`, unless the batch is written; after a lost connection, again once
-        Redis answers, unless the write that was under way took effect (for up to
-        :data:`~contract.connection.OUTAGE_SECONDS`: a Redis restart costs a pause)."""
+        """:meth:`write`; after a lost connection, again once Redis answers (for up to
+        :data:`~contract.connection.OUTAGE_SECONDS`: a Redis restart costs a pause), and
+        :meth:`write` finds the batch written if the write under way took effect."""
         def step() -> None:
-            if not self._written(batch_id):
-                self.write(rows, batch_id)
+            for _ in range(WATCH_TRIES):
+                try:
+                    return self.write(rows, batch_id)
+                except redis.WatchError:
+                    # the marker moved under the transaction: another job's batch, or this
+                    # one's from an attempt whose connection broke; the next try finds out
+                    continue
+            raise RuntimeError(f"batch {batch_id}: the job's marker kept moving under {WATCH_TRIES} transactions")
         patiently(f"batch {batch_id}: writing", step)
 
     def write(self, rows: pa.Table, batch_id: int) -> None:
         """Writes the rows of a batch (an Arrow table of :data:`~spark_jobs.processor.OUTPUT`)
-        and the committed-batch marker in one MULTI/EXEC."""
+        and the committed-batch marker in one MULTI/EXEC, unless the marker covers the batch
+        (watched until EXEC: raises WatchError if it moved)."""
         keys, client = self.keys, self.client
         rows = {name: rows.column(name).to_pylist() for name in ("qid", "grp", "kind", "data", "raw")}
         executed = time.perf_counter()
@@ -241,6 +251,15 @@ class Sink:
         kept = {query: {int(g): json.loads(v) for g, v in client.hgetall(keys.groups(query)).items()}
                 for query in observations}
         pipe = client.pipeline(transaction=True)
+        # the marker is watched from here to EXEC: should Redis run a transaction of this batch
+        # whose connection broke after all, whichever of the two comes second aborts
+        pipe.watch(keys.batches)
+        committed = pipe.hget(keys.batches, self.job)
+        if committed is not None and batch_id <= int(committed):
+            pipe.reset()
+            log.info("batch %d: written already; nothing written again", batch_id)
+            return
+        pipe.multi()
         for query, found in matches.items():
             queue_matches(pipe, keys, query, batch_id, found, self.result_maxlen, at)
         for query, by_group in observations.items():
@@ -288,10 +307,17 @@ class Sink:
         batch is written (whoever sees the batch sees the marks): the next micro-batches
         skip them while the rest go on. A batch replayed after a crash fails the same way
         and finds its marks made."""
-        registry = Registry(self.client, self.keys)
-        for query, failure in failed.items():
-            if registry.fail(query, failure["error"], seen_version=failure["version"], batch=batch_id) is not None:
-                log.warning("batch %d: query %s quarantined: %s", batch_id, query, failure["error"])
+        # the registry's changes are watched transactions, which redis-py never sends again
+        # (a lost connection is a WatchError, and the change is tried afresh): a client that
+        # waits for Redis, rather than the sink's, which would retry without a pause
+        client = riding_out(self.url)
+        try:
+            registry = Registry(client, self.keys)
+            for query, failure in failed.items():
+                if registry.fail(query, failure["error"], seen_version=failure["version"], batch=batch_id) is not None:
+                    log.warning("batch %d: query %s quarantined: %s", batch_id, query, failure["error"])
+        finally:
+            client.close()
 
 
 def _near_histogram(observed) -> dict[str, int]:

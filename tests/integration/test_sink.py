@@ -197,15 +197,17 @@ def test_a_write_behind_is_reported_with_the_batch_during_which_it_ran(redis_ser
 
 
 class DroppingProxy:
-    """A loopback TCP proxy to Redis that, once armed, relays the next EXEC to Redis and
-    drops the client's connection before Redis's answer reaches it: a transaction Redis
-    ran whose caller cannot know it."""
+    """A loopback TCP proxy to Redis that, once armed, drops the client's connection at the
+    next EXEC: after relaying it to Redis, before Redis's answer reaches the client (a
+    transaction Redis ran whose caller cannot know it), or, with ``relay`` off, before Redis
+    gets it (a transaction that never ran)."""
 
     def __init__(self, port: int):
         self.port = port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
         self.armed = threading.Event()
+        self.relay = True
         self.dropped = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -226,8 +228,9 @@ class DroppingProxy:
                 if self.armed.is_set() and b"EXEC\r\n" in data:
                     self.armed.clear()
                     dropping.set()              # Redis's answer is not relayed
-                    upstream.sendall(data)
-                    time.sleep(0.3)             # Redis runs the transaction
+                    if self.relay:
+                        upstream.sendall(data)
+                        time.sleep(0.3)         # Redis runs the transaction
                     self.dropped += 1
                     return
                 upstream.sendall(data)
@@ -276,6 +279,13 @@ def test_a_transaction_redis_ran_before_the_connection_broke_is_not_written_agai
         # and a batch the marker covers is not written again either
         sink.write_once(collected(rows), 7)
         assert client.xlen(keys.matches("q-broken")) == 20
+        # a transaction the broken connection never delivered: written by the next try
+        proxy.relay = False
+        proxy.armed.set()
+        sink.write_once(collected(match_rows("q-broken", 5, "y")), 8)
+        assert proxy.dropped == 3
+        assert client.xlen(keys.matches("q-broken")) == 25 and int(client.hget(keys.batches, "job-broken")) == 8
+        sink.client.close()
     finally:
         proxy.close()
         client.close()

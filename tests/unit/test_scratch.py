@@ -51,3 +51,13 @@ def test_a_process_claims_one_folder_named_by_it_and_removes_it_when_it_exits(tm
     assert folder.parent == tmp_path / f"penumbra-{os.getuid()}"
     assert folder.name.split("-")[0].isdigit()
     assert not folder.exists() and folder.parent.exists()
+
+
+def test_a_file_where_the_folder_belongs_gives_a_private_folder_of_its_own(tmp_path):
+    (tmp_path / f"penumbra-{os.getuid()}").write_text("not a folder")
+    script = "from spark_jobs import scratch; a = scratch.claim(); print(a, a.is_dir())"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, "TMPDIR": str(tmp_path)})
+    folder, is_dir = done.stdout.split()
+    assert Path(folder).parent == tmp_path and Path(folder).name.startswith("penumbra-job-") and is_dir == "True"
+    assert not Path(folder).exists()
