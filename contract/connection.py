@@ -1,11 +1,12 @@
 """Clients of the shared Redis for the job's processes, by what a lost connection may do to
 their calls.
 
-redis-py sends a call again when its connection breaks, up to ten times over a second or
-so: a MULTI/EXEC or a script included. A write that Redis ran before the connection broke
-then runs twice, and a second is too short for ``penumbra up`` to restart a Redis that died
-(about a second, and its append-only file to load). So the job's processes use two kinds of
-client:
+A client that sends a call again when its connection breaks (redis-py's ``Redis(host,
+port)`` does so ten times over a second or so, a MULTI/EXEC or a script included) runs twice
+a write that Redis ran before the connection broke; one that never does (``from_url``'s
+default) turns every Redis restart into an error, though ``penumbra up`` brings Redis back
+in about a second and its append-only file loads in a few more. So the job's processes use
+two kinds of client:
 
 - :func:`riding_out`, for calls that may be sent again (reads, and writes that set what
   they set): asked again for about :data:`OUTAGE_SECONDS`, so a Redis restart costs a
