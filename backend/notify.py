@@ -73,13 +73,16 @@ class Notifier:
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
         self.task: asyncio.Task | None = None
         self.grouped = False
-        # threads of its own: the live feed's work on the shared ones does not delay a notification
-        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notifier")
+        #: threads of its own (the live feed's work on the shared ones does not delay a
+        #: notification), made at each start: a lifespan run again starts a notifier again
+        self.executor: ThreadPoolExecutor | None = None
         #: when the Alertmanager contact points are sent the active instances next (0: at once)
         self.alertmanager_at = 0.0
 
     async def start(self) -> None:
         if self.service.settings.notify:
+            self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notifier")
+            self.grouped = False
             self.task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
@@ -89,7 +92,10 @@ class Notifier:
                 await self.task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
                 pass
-        self.executor.shutdown(wait=False, cancel_futures=True)
+            self.task = None
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
 
     async def _call(self, function, *args):
         """``function(*args)`` (Redis calls, blocking) on the notifier's own threads."""

@@ -193,3 +193,18 @@ def test_a_delivery_that_keeps_failing_is_kept_with_its_reason(redis_server):
         (failure,) = wait_for("the failure", failed)
         assert failure["attempts"] >= 2 and "Connect" in failure["reason"] and failure["event"] == "test"
         assert client.get("/api/deliveries", headers=admin).json()["pending"] == []
+
+
+def test_an_app_started_again_notifies_again(redis_server, receiver, caplog):
+    """A second lifespan of the same app (an ASGI host starting it again) starts its notifier
+    again: the test notification of each run arrives, and nothing is logged as an error."""
+    _, settings = own_app_settings(redis_server, "restarted", notify_poll=0.05)
+    app = create_app(settings)
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    for run in range(2):
+        with TestClient(app) as client:
+            contact = client.post("/api/contact-points", json={"name": f"hook{run}", "url": receiver.url},
+                                  headers=admin).json()
+            queued = client.post(f"/api/contact-points/{contact['id']}/test", headers=admin).json()["id"]
+            wait_for(f"run {run}'s notification", lambda: queued in [b["id"] for b in receiver.bodies()])
+    assert [r.getMessage() for r in caplog.records if r.name == "penumbra.notify" and r.levelname == "ERROR"] == []
