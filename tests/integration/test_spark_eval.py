@@ -1,6 +1,7 @@
 """``penumbra eval --engine spark`` prints the same matches as ``--engine local`` (a lossy
 query) and the same counts with ``--stats`` (a join): each run starts its own
-redis-server and job, as a user would, and leaves no process behind."""
+redis-server and job, as a user would, and leaves no process behind. The module's three
+Spark runs start together (most of a run is its JVM starting): each test waits for its own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,12 +37,51 @@ def processes(names=("redis-server", "java"), home="penumbra-eval-") -> set[int]
     return found
 
 
-def evaluate(example: str, engine: str, *extra: str) -> subprocess.CompletedProcess:
+def command(example: str, engine: str, *extra: str) -> list[str]:
     folder = EXAMPLES / example
-    return subprocess.run(
-        [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query-file", str(folder / "query.pq"),
-         "--streams", str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), *extra],
-        capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    return [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query-file", str(folder / "query.pq"),
+            "--streams", str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), *extra]
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+
+
+def evaluate(example: str, engine: str, *extra: str) -> subprocess.CompletedProcess:
+    return run(command(example, engine, *extra))
+
+
+class SparkRuns:
+    """The module's ``--engine spark`` runs, all started at once; :meth:`get` waits for one."""
+
+    def __init__(self, folder: Path):
+        self.before = processes()
+        self.folder = folder
+        self.pool = ThreadPoolExecutor(max_workers=3)
+        self.runs = {}
+
+    def start(self, name: str, argv: list[str]) -> None:
+        self.runs[name] = self.pool.submit(run, argv)
+
+    def get(self, name: str) -> subprocess.CompletedProcess:
+        return self.runs[name].result()
+
+    def left_behind(self) -> set[int]:
+        """Once every run ended: the redis-servers and JVMs they left."""
+        self.pool.shutdown(wait=True)
+        return processes() - self.before
+
+
+@pytest.fixture(scope="module")
+def spark_runs(tmp_path_factory):
+    runs = SparkRuns(tmp_path_factory.mktemp("spark-eval"))
+    runs.start("shoplifting", command("shoplifting", "spark"))
+    runs.start("stats", command("seismic", "spark", "--stats"))
+    runs.start("blocks", blocks_command(runs.folder, "spark"))
+    try:
+        yield runs
+    finally:
+        runs.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def as_set(stdout: str) -> dict:
@@ -51,62 +92,61 @@ def as_set(stdout: str) -> dict:
     return out
 
 
+def blocks_command(folder: Path, engine: str) -> list[str]:
+    """A pattern over events some of which are beyond their max delay, in blocks of 40
+    (the second line repeats the first: one event, taken once, and the blocks are cut after it)."""
+    from penumbra.events import event_to_json
+    from tests.unit.test_keyed import pattern_events
+
+    if not (folder / "events.jsonl").exists():
+        streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
+        (folder / "streams.json").write_text(json.dumps(streams.to_json()))
+        lines = [json.dumps(event_to_json(e)) for e in events]
+        (folder / "events.jsonl").write_text("\n".join(lines[:1] + lines) + "\n")
+    query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
+             "AND skip_till_next_match(a, b, c) WITHIN 30")
+    return [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query", query, "--streams",
+            str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), "--block-size", "40"]
+
+
 # each run starts a JVM: the join's is the --stats one below, the pattern and lossy paths
 # through the command are the same code (tests/integration/test_spark_equivalence.py runs
 # every form in the session's job)
-@pytest.mark.parametrize("example", ["shoplifting"])
-def test_spark_engine_prints_the_local_engines_matches(example):
-    before = processes()
-    spark = evaluate(example, "spark")
+def test_spark_engine_prints_the_local_engines_matches(spark_runs):
+    spark = spark_runs.get("shoplifting")
     assert spark.returncode == 0, spark.stderr
-    local = evaluate(example, "local")
+    local = evaluate("shoplifting", "local")
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
     assert len(spark.stdout.splitlines()) == len(found), "a match printed twice"
-    assert processes() - before == set(), "the run left a redis-server or a JVM behind"
 
 
-def test_spark_engine_cuts_the_local_engines_blocks(tmp_path):
+def test_spark_engine_cuts_the_local_engines_blocks(spark_runs):
     """Events beyond their max delay, which a pattern judges late at a block's end: both
     engines cut the input in the same blocks (``--block-size``, of the events read, a
     repeated line once), so they print the same matches and leave out the same events."""
-    from penumbra.events import event_to_json
-    from tests.unit.test_keyed import pattern_events
-
-    streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
-    (tmp_path / "streams.json").write_text(json.dumps(streams.to_json()))
-    # the second line repeats the first (one event, taken once): the blocks are cut after it
-    lines = [json.dumps(event_to_json(e)) for e in events]
-    (tmp_path / "events.jsonl").write_text("\n".join(lines[:1] + lines) + "\n")
-    query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
-             "AND skip_till_next_match(a, b, c) WITHIN 30")
-
-    def run(engine: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query", query, "--streams",
-             str(tmp_path / "streams.json"), "--events", str(tmp_path / "events.jsonl"), "--block-size", "40", *extra],
-            capture_output=True, text=True, timeout=600, cwd=str(ROOT))
-
-    before = processes()
-    spark = run("spark")
+    spark = spark_runs.get("blocks")
     assert spark.returncode == 0, spark.stderr
-    local = run("local")
+    local = run(blocks_command(spark_runs.folder, "local"))
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
     # both say how many events they left out: the late ones
     said = [line for line in local.stderr.splitlines() if "not processed" in line]
     assert said and said == [line for line in spark.stderr.splitlines() if "not processed" in line]
-    assert processes() - before == set(), "the run left a redis-server or a JVM behind"
 
 
-def test_spark_engine_stats():
-    before = processes()
-    run = evaluate("seismic", "spark", "--stats")
-    assert run.returncode == 0, run.stderr
-    stats = json.loads(run.stdout)
+def test_spark_engine_stats(spark_runs):
+    spark = spark_runs.get("stats")
+    assert spark.returncode == 0, spark.stderr
+    stats = json.loads(spark.stdout)
     local = json.loads(evaluate("seismic", "local", "--stats").stdout)
     assert stats["events"] == local["events"] == 100 and stats["matches"] == local["matches"] > 0
-    assert processes() - before == set(), "the run left a redis-server or a JVM behind"
     assert stats["seconds"] > 0 and stats["engine"] == "spark" and "pairs" in stats
+
+
+def test_the_runs_leave_no_process_behind(spark_runs):
+    for name in spark_runs.runs:
+        spark_runs.get(name)
+    assert spark_runs.left_behind() == set(), "a run left a redis-server or a JVM behind"
