@@ -37,51 +37,47 @@ def processes(names=("redis-server", "java"), home="penumbra-eval-") -> set[int]
     return found
 
 
-def command(example: str, engine: str, *extra: str) -> list[str]:
-    folder = EXAMPLES / example
-    return [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query-file", str(folder / "query.pq"),
-            "--streams", str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), *extra]
+def command(engine: str, *arguments: str) -> list[str]:
+    return [sys.executable, "-m", "penumbra", "eval", "--engine", engine, *arguments]
+
+
+def example(name: str) -> list[str]:
+    folder = EXAMPLES / name
+    return ["--query-file", str(folder / "query.pq"), "--streams", str(folder / "streams.json"),
+            "--events", str(folder / "events.jsonl")]
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
 
 
-def evaluate(example: str, engine: str, *extra: str) -> subprocess.CompletedProcess:
-    return run(command(example, engine, *extra))
+def late_events(folder: Path) -> list[str]:
+    """A pattern over events some of which are beyond their max delay, in blocks of 40 (the
+    second line repeats the first: one event, taken once, and the blocks are cut after it)."""
+    from penumbra.events import event_to_json
+    from tests.unit.test_keyed import pattern_events
 
-
-class SparkRuns:
-    """The module's ``--engine spark`` runs, all started at once; :meth:`get` waits for one."""
-
-    def __init__(self, folder: Path):
-        self.before = processes()
-        self.folder = folder
-        self.pool = ThreadPoolExecutor(max_workers=3)
-        self.runs = {}
-
-    def start(self, name: str, argv: list[str]) -> None:
-        self.runs[name] = self.pool.submit(run, argv)
-
-    def get(self, name: str) -> subprocess.CompletedProcess:
-        return self.runs[name].result()
-
-    def left_behind(self) -> set[int]:
-        """Once every run ended: the redis-servers and JVMs they left."""
-        self.pool.shutdown(wait=True)
-        return processes() - self.before
+    streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
+    (folder / "streams.json").write_text(json.dumps(streams.to_json()))
+    lines = [json.dumps(event_to_json(e)) for e in events]
+    (folder / "events.jsonl").write_text("\n".join(lines[:1] + lines) + "\n")
+    query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
+             "AND skip_till_next_match(a, b, c) WITHIN 30")
+    return ["--query", query, "--streams", str(folder / "streams.json"), "--events", str(folder / "events.jsonl"),
+            "--block-size", "40"]
 
 
 @pytest.fixture(scope="module")
 def spark_runs(tmp_path_factory):
-    runs = SparkRuns(tmp_path_factory.mktemp("spark-eval"))
-    runs.start("shoplifting", command("shoplifting", "spark"))
-    runs.start("stats", command("seismic", "spark", "--stats"))
-    runs.start("blocks", blocks_command(runs.folder, "spark"))
-    try:
-        yield runs
-    finally:
-        runs.pool.shutdown(wait=True, cancel_futures=True)
+    """The module's ``--engine spark`` runs, started at once (name -> its future), with
+    what each asks of the local engine under ``"args"``; the redis-servers and JVMs they left
+    are checked by the last test."""
+    before = processes()
+    arguments = {"shoplifting": example("shoplifting"), "stats": [*example("seismic"), "--stats"],
+                 "blocks": late_events(tmp_path_factory.mktemp("spark-eval"))}
+    with ThreadPoolExecutor(max_workers=len(arguments)) as pool:
+        runs = {name: pool.submit(run, command("spark", *args)) for name, args in arguments.items()}
+        yield {"runs": runs, "args": arguments, "before": before}
 
 
 def as_set(stdout: str) -> dict:
@@ -92,30 +88,13 @@ def as_set(stdout: str) -> dict:
     return out
 
 
-def blocks_command(folder: Path, engine: str) -> list[str]:
-    """A pattern over events some of which are beyond their max delay, in blocks of 40
-    (the second line repeats the first: one event, taken once, and the blocks are cut after it)."""
-    from penumbra.events import event_to_json
-    from tests.unit.test_keyed import pattern_events
-
-    if not (folder / "events.jsonl").exists():
-        streams, events = pattern_events(34, n=240, keys=4, late_share=0.1)
-        (folder / "streams.json").write_text(json.dumps(streams.to_json()))
-        lines = [json.dumps(event_to_json(e)) for e in events]
-        (folder / "events.jsonl").write_text("\n".join(lines[:1] + lines) + "\n")
-    query = ("PATTERN SEQ(A a, B b, C c) WHERE a.node = b.node AND b.node = c.node "
-             "AND skip_till_next_match(a, b, c) WITHIN 30")
-    return [sys.executable, "-m", "penumbra", "eval", "--engine", engine, "--query", query, "--streams",
-            str(folder / "streams.json"), "--events", str(folder / "events.jsonl"), "--block-size", "40"]
-
-
 # each run starts a JVM: the join's is the --stats one below, the pattern and lossy paths
 # through the command are the same code (tests/integration/test_spark_equivalence.py runs
 # every form in the session's job)
 def test_spark_engine_prints_the_local_engines_matches(spark_runs):
-    spark = spark_runs.get("shoplifting")
+    spark = spark_runs["runs"]["shoplifting"].result()
     assert spark.returncode == 0, spark.stderr
-    local = evaluate("shoplifting", "local")
+    local = run(command("local", *spark_runs["args"]["shoplifting"]))
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
@@ -126,9 +105,9 @@ def test_spark_engine_cuts_the_local_engines_blocks(spark_runs):
     """Events beyond their max delay, which a pattern judges late at a block's end: both
     engines cut the input in the same blocks (``--block-size``, of the events read, a
     repeated line once), so they print the same matches and leave out the same events."""
-    spark = spark_runs.get("blocks")
+    spark = spark_runs["runs"]["blocks"].result()
     assert spark.returncode == 0, spark.stderr
-    local = run(blocks_command(spark_runs.folder, "local"))
+    local = run(command("local", *spark_runs["args"]["blocks"]))
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
@@ -138,15 +117,15 @@ def test_spark_engine_cuts_the_local_engines_blocks(spark_runs):
 
 
 def test_spark_engine_stats(spark_runs):
-    spark = spark_runs.get("stats")
+    spark = spark_runs["runs"]["stats"].result()
     assert spark.returncode == 0, spark.stderr
     stats = json.loads(spark.stdout)
-    local = json.loads(evaluate("seismic", "local", "--stats").stdout)
+    local = json.loads(run(command("local", *spark_runs["args"]["stats"])).stdout)
     assert stats["events"] == local["events"] == 100 and stats["matches"] == local["matches"] > 0
     assert stats["seconds"] > 0 and stats["engine"] == "spark" and "pairs" in stats
 
 
 def test_the_runs_leave_no_process_behind(spark_runs):
-    for name in spark_runs.runs:
-        spark_runs.get(name)
-    assert spark_runs.left_behind() == set(), "a run left a redis-server or a JVM behind"
+    for future in spark_runs["runs"].values():
+        future.result()
+    assert processes() - spark_runs["before"] == set(), "a run left a redis-server or a JVM behind"

@@ -16,7 +16,8 @@ from .conftest import ADMIN_TOKEN, SETTINGS, own_app_settings
 # from an app that is never started. The calls go to an app of the module's own over the
 # session's Redis, whose lifespan (live feed, notifier) schemathesis runs around each
 # operation's test.
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(Settings(redis_url="redis://127.0.0.1:1/0", **SETTINGS)))
+schema = schemathesis.openapi.from_asgi("/openapi.json",
+                                        create_app(Settings(redis_url="redis://127.0.0.1:1/0", **SETTINGS)))
 
 
 @pytest.fixture(scope="module")
