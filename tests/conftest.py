@@ -30,3 +30,18 @@ def browser():
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background(request, tmp_path_factory):
+    """The long runs the session's tests ask for (``@pytest.mark.background``,
+    tests/background.py), started with the session's first test; None when none asks.
+    Everything they started is stopped by process group at the end of the session."""
+    from tests.background import start
+
+    lanes = start(request.session.items, lambda name: tmp_path_factory.mktemp(f"background-{name}"))
+    try:
+        yield lanes
+    finally:
+        if lanes is not None:
+            lanes.stop()

@@ -12,7 +12,8 @@ page shows, and its simulators posting events through the API.
   partners the job reported, each at its probability.
 
 Every page fails its test on a console error, an uncaught exception or a request to
-another origin, and leaves a screenshot under var/test-artifacts/e2e/.
+another origin, and leaves a screenshot of what it shows under var/test-artifacts/e2e/ (of
+the window: the live demo's pages grow long, and a whole page took 8-11 s to capture).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def open_tab(browser, demo, request):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for n, (context, tab) in enumerate(opened):
         try:
-            tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{n}.png"), full_page=True)
+            tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{n}.png"))
         except sync_api.Error:
             pass
         context.close()

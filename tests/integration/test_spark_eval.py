@@ -1,7 +1,8 @@
 """``penumbra eval --engine spark`` prints the same matches as ``--engine local`` (a lossy
 query) and the same counts with ``--stats`` (a join): each run starts its own
-redis-server and job, as a user would, and leaves no process behind. The module's three
-Spark runs start together (most of a run is its JVM starting): each test waits for its own."""
+redis-server and job, as a user would, and leaves no process behind. Most of a Spark run
+is its JVM starting, so the three run behind the session's other tests
+(tests/background.py), each in a temporary folder of its own; each test waits for its own."""
 
 from __future__ import annotations
 
@@ -9,20 +10,22 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from tests.background import Command, Outcome
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+RUNS = ("shoplifting", "blocks", "stats")
 
 
-def processes(names=("redis-server", "java"), home="penumbra-eval-") -> set[int]:
-    """Process ids of the redis-servers and JVMs that an eval run started: their working
-    folder or arguments lie in its private home (other processes on the machine are not ours)."""
+def processes(home: str, names=("redis-server", "java")) -> set[int]:
+    """Process ids of the redis-servers and JVMs whose working folder or arguments lie in
+    ``home`` (other processes on the machine are not ours)."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -67,17 +70,28 @@ def late_events(folder: Path) -> list[str]:
             "--block-size", "40"]
 
 
-@pytest.fixture(scope="module")
-def spark_runs(tmp_path_factory):
-    """The module's ``--engine spark`` runs, started at once (name -> its future), with
-    what each asks of the local engine under ``"args"``; the redis-servers and JVMs they left
-    are checked by the last test."""
-    before = processes()
-    arguments = {"shoplifting": example("shoplifting"), "stats": [*example("seismic"), "--stats"],
-                 "blocks": late_events(tmp_path_factory.mktemp("spark-eval"))}
-    with ThreadPoolExecutor(max_workers=len(arguments)) as pool:
-        runs = {name: pool.submit(run, command("spark", *args)) for name, args in arguments.items()}
-        yield {"runs": runs, "args": arguments, "before": before}
+def arguments(folder: Path) -> dict[str, list[str]]:
+    """What each run asks of both engines (the input files it needs written in ``folder``)."""
+    return {"shoplifting": example("shoplifting"), "stats": [*example("seismic"), "--stats"],
+            "blocks": late_events(folder)}
+
+
+def background_runs(folder: Path) -> dict[str, Command]:
+    given = arguments(folder)
+    runs = {}
+    for name in RUNS:
+        (folder / name).mkdir()
+        # the run's private home (``penumbra-eval-*``) lies in its TMPDIR: what it leaves is found there
+        runs[name] = Command(command("spark", *given[name]), env={"TMPDIR": str(folder / name)})
+    return runs
+
+
+def spark_run(background, name: str) -> tuple[Outcome, list[str]]:
+    """A Spark run's outcome and the arguments it was given (for the local engine)."""
+    outcome = background.outcome(name)
+    assert outcome.returncode == 0, outcome.stderr
+    command = background.commands[name]
+    return outcome, command.argv[command.argv.index("spark") + 1:]
 
 
 def as_set(stdout: str) -> dict:
@@ -91,23 +105,23 @@ def as_set(stdout: str) -> dict:
 # each run starts a JVM: the join's is the --stats one below, the pattern and lossy paths
 # through the command are the same code (tests/integration/test_spark_equivalence.py runs
 # every form in the session's job)
-def test_spark_engine_prints_the_local_engines_matches(spark_runs):
-    spark = spark_runs["runs"]["shoplifting"].result()
-    assert spark.returncode == 0, spark.stderr
-    local = run(command("local", *spark_runs["args"]["shoplifting"]))
+@pytest.mark.background("shoplifting")
+def test_spark_engine_prints_the_local_engines_matches(background):
+    spark, given = spark_run(background, "shoplifting")
+    local = run(command("local", *given))
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
     assert len(spark.stdout.splitlines()) == len(found), "a match printed twice"
 
 
-def test_spark_engine_cuts_the_local_engines_blocks(spark_runs):
+@pytest.mark.background("blocks")
+def test_spark_engine_cuts_the_local_engines_blocks(background):
     """Events beyond their max delay, which a pattern judges late at a block's end: both
     engines cut the input in the same blocks (``--block-size``, of the events read, a
     repeated line once), so they print the same matches and leave out the same events."""
-    spark = spark_runs["runs"]["blocks"].result()
-    assert spark.returncode == 0, spark.stderr
-    local = run(command("local", *spark_runs["args"]["blocks"]))
+    spark, given = spark_run(background, "blocks")
+    local = run(command("local", *given))
     found, expected = as_set(spark.stdout), as_set(local.stdout)
     assert expected and set(found) == set(expected)
     assert all(abs(found[k] - expected[k]) <= 1e-12 for k in expected)
@@ -116,16 +130,22 @@ def test_spark_engine_cuts_the_local_engines_blocks(spark_runs):
     assert said and said == [line for line in spark.stderr.splitlines() if "not processed" in line]
 
 
-def test_spark_engine_stats(spark_runs):
-    spark = spark_runs["runs"]["stats"].result()
-    assert spark.returncode == 0, spark.stderr
+@pytest.mark.background("stats")
+def test_spark_engine_stats(background):
+    spark, given = spark_run(background, "stats")
     stats = json.loads(spark.stdout)
-    local = json.loads(run(command("local", *spark_runs["args"]["stats"])).stdout)
+    local = json.loads(run(command("local", *given)).stdout)
     assert stats["events"] == local["events"] == 100 and stats["matches"] == local["matches"] > 0
     assert stats["seconds"] > 0 and stats["engine"] == "spark" and "pairs" in stats
 
 
-def test_the_runs_leave_no_process_behind(spark_runs):
-    for future in spark_runs["runs"].values():
-        future.result()
-    assert processes() - spark_runs["before"] == set(), "a run left a redis-server or a JVM behind"
+@pytest.mark.background(*RUNS)
+def test_the_runs_leave_no_process_behind(background):
+    for name in RUNS:
+        background.outcome(name)
+        home = background.commands[name].env["TMPDIR"]
+        assert processes(home) == set(), f"the {name} run left a redis-server or a JVM behind"
+        # nor a file: its private home and its JVM's scratch folder are gone (the jobs' shared
+        # scratch root, spark_jobs/scratch.py, stays)
+        left = sorted(str(p.relative_to(home)) for p in Path(home).rglob("*"))
+        assert left in ([], [f"penumbra-{os.getuid()}"]), f"the {name} run left {left}"
