@@ -18,7 +18,7 @@ The verdict, once the matches stop coming: they equal ``penumbra eval``'s over e
 posted (pair by pair, probability by probability), none twice, none lost; the alarm's
 instances (one per key) count exactly their key's matches; every websocket client received
 every match once, in order, across its reconnects, and the latest state of every instance; ``/api/health`` names each restart ``penumbra up`` made, with the killed pid
-and its cause. tests/system/test_chaos.py runs three rounds; ten are this bench run, its
+and its cause. tests/system/test_chaos.py runs one round (seed 9: Redis); ten are this bench run, its
 report in bench/out/chaos.md and docs/chaos.md.
 
     .venv/bin/python bench/chaos.py --rounds 10 --seed 1

@@ -127,6 +127,7 @@ def start(items, make_folder) -> Lanes | None:
     gives a module its fresh folder."""
     commands: dict[str, Command] = {}
     for module, names in wanted(items).items():
+        assert hasattr(module, "background_runs"), f"{module.__name__} asks for background runs it does not declare"
         declared = module.background_runs(make_folder(module.__name__.rsplit(".", 1)[-1]))
         unknown = sorted(set(names) - set(declared))
         assert not unknown, f"{module.__name__} declares no background run named {unknown}"
