@@ -13,11 +13,14 @@ from backend import Settings, create_app
 from .conftest import ADMIN_TOKEN, SETTINGS, own_app_settings
 
 # Schemathesis reads the schema when the module loads, before the session's Redis runs:
-# from an app that is never started. The calls go to an app of the module's own over the
-# session's Redis, whose lifespan (live feed, notifier) schemathesis runs around each
-# operation's test.
-schema = schemathesis.openapi.from_asgi("/openapi.json",
-                                        create_app(Settings(redis_url="redis://127.0.0.1:1/0", **SETTINGS)))
+# the OpenAPI document of an app that is never started (``from_asgi`` would fetch it
+# through the app's lifespan and leave that running for the whole session: a live feed and
+# a notifier retrying a Redis that is not there, every second). The calls go to an app of
+# the module's own over the session's Redis, whose lifespan (live feed, notifier)
+# schemathesis runs around each operation's test.
+_never_started = create_app(Settings(redis_url="redis://127.0.0.1:1/0", **SETTINGS))
+schema = schemathesis.openapi.from_dict(_never_started.openapi())
+schema.app, schema.location = _never_started, "/openapi.json"   # as from_asgi sets them: the calls are in-process
 
 
 @pytest.fixture(scope="module")
