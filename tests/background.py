@@ -50,6 +50,9 @@ class Lanes:
         self.pending = list(commands)
         self.outcomes: dict[str, Outcome] = {}
         self.running: dict[str, subprocess.Popen] = {}
+        #: the process groups of ended runs that left processes behind: they go at the stop
+        #: (a test may look for them first: ``penumbra eval`` must leave none)
+        self.left: list[int] = []
         self.done = threading.Condition()
         self.stopping = False
         self.lanes: list[threading.Thread] = []
@@ -76,11 +79,13 @@ class Lanes:
                 out, err = process.communicate(timeout=command.timeout)
                 outcome = Outcome(process.returncode, out, err)
             except subprocess.TimeoutExpired:
-                _kill(process)
+                _kill_group(process.pid)
                 out, err = process.communicate()
                 outcome = Outcome(-1, out, f"timed out after {command.timeout:g} s\n{err}")
             with self.done:
                 self.running.pop(name, None)
+                if _group_alive(process.pid):
+                    self.left.append(process.pid)
                 self.outcomes[name] = outcome
                 self.done.notify_all()
 
@@ -98,16 +103,24 @@ class Lanes:
     def stop(self) -> None:
         with self.done:
             self.stopping = True
-            for process in self.running.values():
-                _kill(process)
+            for group in [process.pid for process in self.running.values()] + self.left:
+                _kill_group(group)
         for lane in self.lanes:
             lane.join(30)
 
 
-def _kill(process: subprocess.Popen) -> None:
-    """The command and whatever it started (its own session: a Spark job, a ``penumbra up``)."""
+def _group_alive(group: int) -> bool:
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _kill_group(group: int) -> None:
+    """A run's command and whatever it started (its own session: a Spark job, a ``penumbra up``)."""
+    try:
+        os.killpg(group, signal.SIGKILL)
     except ProcessLookupError:
         pass
 

@@ -90,8 +90,7 @@ def spark_run(background, name: str) -> tuple[Outcome, list[str]]:
     """A Spark run's outcome and the arguments it was given (for the local engine)."""
     outcome = background.outcome(name)
     assert outcome.returncode == 0, outcome.stderr
-    command = background.commands[name]
-    return outcome, command.argv[command.argv.index("spark") + 1:]
+    return outcome, background.commands[name].argv[len(command("spark")):]
 
 
 def as_set(stdout: str) -> dict:
