@@ -50,6 +50,12 @@ def finite_number(value: object, field: str) -> float:
     return number
 
 
+def not_continuous(lo: float, hi: float) -> str:
+    """Why the interval ``[lo, hi]`` (finite floats, ``lo >= hi``) has no continuous reading:
+    the message of the error its field ``hi`` is refused with."""
+    return f"must be greater than lo for a continuous interval, got lo={lo!r}, hi={hi!r}"
+
+
 def number_array(values: object, field: str, *, min_len: int = 1) -> np.ndarray:
     """A list of finite numbers as a float64 array, checked element by element."""
     if not isinstance(values, (list, tuple, np.ndarray)):
@@ -130,8 +136,7 @@ class Histogram:
         lo = finite_number(lo, "lo")
         hi = finite_number(hi, "hi")
         if not lo < hi:
-            raise ValidationError("hi", f"must be greater than lo for a continuous interval, "
-                                  f"got lo={lo!r}, hi={hi!r}")
+            raise ValidationError("hi", not_continuous(lo, hi))
         return cls._checked(np.array([lo, hi]), _CERTAIN.copy())
 
     @classmethod

@@ -31,14 +31,13 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from contract.entries import encode
 from contract.results import match_payload
-from penumbra.errors import ValidationError
-from penumbra.events import collector_paused, parse_event_lines
+from penumbra.events import collector_paused
 from penumbra.keyed import GroupState, step
 from penumbra.joins.shared import is_plan
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 
-from .routing import CONTROL, compiled, failure, settle_heap, unpack, unpack_columns
+from .routing import CONTROL, compiled, failure, settle_heap, unpack_columns, unpack_events
 
 __all__ = ["GroupProcessor", "OUTPUT"]
 
@@ -94,10 +93,7 @@ class GroupProcessor(StatefulProcessor):
         key_group = KeyGroup(group, lead.routing.count)
         try:
             if unit.plan is None:
-                events = parse_event_lines(unpack(frame.loc[kinds == "b", "data"]), registry.streams)
-                for event in events:
-                    if isinstance(event, ValidationError):
-                        raise event  # the router let the line through with these very streams
+                events = unpack_events(frame.loc[kinds == "b", "data"], registry.streams)
                 result, state = step(lead.query, lead.streams, key_group, state, events, clock,
                                      threshold=lead.entry.get("threshold"), end=bool(ended))
                 results = None if result is None else {lead.entry["id"]: result}

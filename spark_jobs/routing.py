@@ -17,9 +17,9 @@ more, get a *drop*.
 
 Output rows: ``(qid, grp, seq, kind, data, raw, registry, slot)`` with kind ``b`` (a block:
 the group's events of the read partition and their ordinals, packed in one row so the
-shuffle moves a few rows per group, not one per event: a join plan's as columns, built
-from the events parsed here, so the stateful step never parses them again; another
-query's as JSON lines; ``seq`` is the first ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
+shuffle moves a few rows per group, not one per event, built from the events parsed
+here, so the stateful step never parses them again: a join plan's as columns, another
+query's as its events; ``seq`` is the first ordinal), ``t`` (a tick), ``d`` (drop the state), and on the control key
 ``("", 0)``: ``r`` (a rejected entry: reason in data, the entry itself in raw) and ``x``
 (an end-of-input mark reached). ``slot`` places the group on its shuffle partition
 (:mod:`spark_jobs.placement`; 0 on the control key and when the job does not place).
@@ -43,8 +43,8 @@ from contract.entries import BLOCK_FIELD, CONTROL_FIELD, COUNT_FIELD, EVENT_FIEL
 from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
-from penumbra.events import Streams, collector_paused, parse_streams
-from penumbra.events.columns import EventColumns
+from penumbra.events import Event, Streams, collector_paused, parse_streams
+from penumbra.events.columns import EventColumns, events_from_bytes
 from penumbra.joins.shared import Member, Plan, plan_key
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
@@ -52,8 +52,8 @@ from penumbra.query import parse
 
 from .placement import slot
 
-__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "Unit", "compiled", "failure", "pack", "pack_columns",
-           "settle_heap", "unpack", "unpack_columns"]
+__all__ = ["CONTROL", "ROUTED", "CompiledQuery", "Router", "Unit", "compiled", "failure", "pack_columns", "pack_events",
+           "settle_heap", "unpack_columns", "unpack_events"]
 
 ROUTED = "qid string, grp int, seq long, kind string, data binary, raw binary, registry long, slot int"
 #: The key of rows that are not a query's: rejected entries and end marks.
@@ -101,7 +101,7 @@ class _Read:
 
     def events(self) -> list:
         if self._events is None:
-            self._events = [self.columns.event(i) for i in range(len(self.rows))]
+            self._events = self.columns.events()
         return self._events
 
 
@@ -345,15 +345,15 @@ class Router:
             unit = registry.units[unit_id]
             if all(q.entry["id"] in broken for q in unit.members):
                 continue
-            # in arrival order; a join plan takes its events as columns, built here where they
-            # are parsed, each with its prior clock; other queries take the JSON lines
+            # in arrival order, never parsed again: a join plan takes its events as columns,
+            # each with its prior clock; other queries take the events
             block = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
             block_seqs = seqs[block].tolist()
             if unit.plan is not None:
                 prior = np.maximum(priors[registry.clock_keys[unit_id]][block], earlier[unit_id])
                 data = pack_columns(block_seqs, columns.take(block), prior, self.first)
             else:
-                data = pack(block_seqs, [events_in[kept_list[row]][3] for row in block.tolist()])
+                data = pack_events(block_seqs, columns.take(block))
             rows.append((unit_id, group, block_seqs[0], "b", data, None, version,
                          _slot(unit_id, group, self.partitions)))
         return rows
@@ -365,9 +365,11 @@ class Router:
         return _ticks(registry, self.clocks, self.ended, self.partitions, self.first)
 
 
-def pack(seqs: list[int], lines: list[bytes]) -> bytes:
-    """A group's events of one read partition as one value: their ordinals and JSON lines."""
-    return pickle.dumps((seqs, lines), protocol=pickle.HIGHEST_PROTOCOL)
+def pack_events(seqs: list[int], columns: EventColumns) -> bytes:
+    """A group's events of one read partition as one value, for a query that reads events (a
+    pattern or a lossy query): their ordinals and the events
+    (:meth:`~penumbra.events.columns.EventColumns.events_to_bytes`)."""
+    return pickle.dumps((seqs, columns.events_to_bytes()), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def pack_columns(seqs: list[int], columns: EventColumns, prior: np.ndarray | None = None, first: int = 0) -> bytes:
@@ -399,16 +401,17 @@ def unpack_columns(blocks, ticks: Sequence[dict] = ()) -> tuple[EventColumns, np
     return (columns.take(order), prior[order]) if order is not None else (columns, prior)
 
 
-def unpack(blocks) -> list[bytes]:
-    """The JSON lines of packed blocks (:func:`pack`), in the order of their ordinals."""
+def unpack_events(blocks, streams: Streams) -> list[Event]:
+    """The events of blocks packed by :func:`pack_events`, in the order of their ordinals;
+    ``streams``: the registry's, which the router parsed them with."""
     seqs: list[int] = []
-    lines: list[bytes] = []
+    events: list[Event] = []
     for block in blocks:
-        more_seqs, more_lines = pickle.loads(block)
+        more_seqs, data = pickle.loads(block)
         seqs += more_seqs
-        lines += more_lines
+        events += events_from_bytes(data, streams)
     order = _arrival_order(seqs)
-    return [lines[i] for i in order.tolist()] if order is not None else lines
+    return [events[i] for i in order.tolist()] if order is not None else events
 
 
 def _arrival_order(seqs: list[int]) -> np.ndarray | None:

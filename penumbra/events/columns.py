@@ -28,12 +28,12 @@ import numpy as np
 import orjson
 
 from ..errors import ValidationError
-from ..timestamps import Histogram, HistogramBlock, Interval
+from ..timestamps import Histogram, HistogramBlock, Interval, not_continuous
 from .codec import _read_common, collector_paused
 from .model import _NO_ATTRS, Event, _checked_event
 from .streams import Streams
 
-__all__ = ["EventColumns"]
+__all__ = ["EventColumns", "events_from_bytes"]
 
 #: The timestamp kept for an event whose own has no continuous reading (never joined).
 _PLACEHOLDER = Histogram([0.0, 1.0], [1.0])
@@ -133,10 +133,20 @@ class EventColumns:
     @classmethod
     def _assembled(cls, coded, ids, attrs, intervals, templates, others, streams) -> EventColumns:
         n = len(ids)
-        histograms, problems = [], [None] * n
+        histograms, problems, read, points = [], [None] * n, [], []
+        events: list[Event | None] = [None] * n
         for row, event in others:
+            events[row] = event
+            ts = event.ts
+            if type(ts) is Interval and ts.pmf is None and not ts.lo < ts.hi:
+                # an instant (a lossy stream's read, say): the placeholder, and the error
+                # Event.histogram raises for it (ts.hi), without raising it
+                problems[row] = "ts.hi: " + not_continuous(ts.lo, ts.hi)
+                points.append(row)
+                continue
             histogram, problems[row] = _reading(event)
             histograms.append(histogram)
+            read.append(row)
         rest = HistogramBlock.from_histograms(histograms) if histograms else None
         width = max([1, rest.buckets if rest is not None else 1] + [len(g[0].probs) for g in templates.values()])
         edges, probs = np.empty((width + 1, n)), np.zeros((width, n))
@@ -157,15 +167,17 @@ class EventColumns:
             probs[:k, rows] = phi.probs[:, None]
             detected[rows] = moments
             names_of[rows] = name
+        if points:
+            rows = np.asarray(points, dtype=np.int64)
+            edges[0, rows] = _PLACEHOLDER.edges[0]
+            edges[1:, rows] = _PLACEHOLDER.edges[1]
+            probs[0, rows] = 1.0
         if rest is not None:
-            rows = np.asarray([row for row, _ in others], dtype=np.int64)
+            rows = np.asarray(read, dtype=np.int64)
             rest = rest.padded(width)
             edges[:, rows] = rest.edges
             probs[:, rows] = rest.probs
-            names_of[rows] = [event.template for _, event in others]
-        events: list[Event | None] = [None] * n
-        for row, event in others:
-            events[row] = event
+            names_of[rows] = [events[row].template for row in read]
         columns = cls(_objects(coded[0])[coded[1]], _objects(ids), HistogramBlock(edges, probs), names_of, problems,
                       _objects(attrs), events, (detected, streams))
         columns.coded = coded
@@ -208,24 +220,40 @@ class EventColumns:
         its stream, id, continuous timestamp and attributes); the same object every time."""
         event = self._events[i]
         if event is None:
-            event = self._events[i] = self._parsed_event(i) if self._parsed is not None else \
+            event = self._events[i] = self._parsed_events([i])[0] if self._parsed is not None else \
                 Event._checked(self.streams[i], self.ids[i], self.block.histogram(i), self.attrs[i], self.templates[i])
         return event
 
-    def _parsed_event(self, i: int) -> Event:
-        """Event ``i`` of columns from :meth:`parse`, equal to the one the parser makes."""
-        detected, streams = self._parsed
-        stream, name, attrs = self.streams[i], self.templates[i], self.attrs[i]
-        attrs = MappingProxyType(attrs) if attrs else _NO_ATTRS
-        edges = self.block.edges[:, i]
-        if name is None:
-            return Event._checked(stream, self.ids[i], Interval._checked(float(edges[0]), float(edges[1])), attrs)
-        phi = streams._by_key[stream.casefold()].templates[name]
-        ts = Histogram.__new__(Histogram)
-        ts.edges, ts.probs = edges[:len(phi.edges)].copy(), phi.probs
-        ts.edges.flags.writeable = False
-        moment = float(detected[i])
-        return Event._checked(stream, self.ids[i], ts, attrs, name, moment)
+    def events(self) -> list[Event]:
+        """Every event, as :meth:`event` gives it (those of a parsed block made together)."""
+        if self._parsed is not None:
+            missing = [i for i, event in enumerate(self._events) if event is None]
+            for i, event in zip(missing, self._parsed_events(missing)):
+                self._events[i] = event
+        return [self.event(i) for i in range(len(self))]
+
+    def _parsed_events(self, rows: list[int]) -> list[Event]:
+        """Events ``rows`` of columns from :meth:`parse` (a common event: an interval, or a
+        template timestamp), equal to the ones the parser makes."""
+        moments, streams = self._parsed
+        index = np.asarray(rows, dtype=np.int64)
+        names, ids, attrs = self.templates[index].tolist(), self.ids[index].tolist(), self.attrs[index].tolist()
+        stream_of, at = self.streams[index].tolist(), moments[index].tolist()
+        lows, highs = self.block.edges[0, index].tolist(), self.block.edges[1, index].tolist()
+        checked, interval, proxy = Event._checked, Interval._checked, MappingProxyType
+        made = []
+        for j, i in enumerate(rows):
+            stream, name, values, moment = stream_of[j], names[j], attrs[j], at[j]
+            values = proxy(values) if values else _NO_ATTRS
+            if name is None:
+                made.append(checked(stream, ids[j], interval(lows[j], highs[j]), values))
+                continue
+            phi = streams._by_key[stream.casefold()].templates[name]
+            ts = Histogram.__new__(Histogram)
+            ts.edges, ts.probs = self.block.edges[:len(phi.edges), i].copy(), phi.probs
+            ts.edges.flags.writeable = False
+            made.append(checked(stream, ids[j], ts, values, name, moment))
+        return made
 
     def take(self, index: np.ndarray) -> EventColumns:
         """The events at ``index``, in its order."""
@@ -235,7 +263,8 @@ class EventColumns:
         # most blocks have no event made yet and no problem: those lists are taken whole
         problems = [self.problems[i] for i in rows] if self.problems.count(None) < len(self.problems) \
             else [None] * len(rows)
-        events = [self._events[i] for i in rows] if self._events.count(None) < len(self._events) else None
+        # (not list.count(None): it would compare each event made with None by its dataclass equality)
+        events = [self._events[i] for i in rows] if any(e is not None for e in self._events) else None
         taken = EventColumns(self.streams[index], self.ids[index], self.block.take(index), self.templates[index],
                              problems, self.attrs[index], events, parsed)
         if "coded" in self.__dict__:
@@ -273,6 +302,41 @@ class EventColumns:
             text = fields
         return pickle.dumps((text, codes, self.block.edges, self.block.probs), protocol=pickle.HIGHEST_PROTOCOL)
 
+    def events_to_bytes(self) -> bytes:
+        """The events themselves as bytes: :func:`events_from_bytes` gives back events equal
+        to :meth:`event`'s, field for field, without parsing them again (a pattern's or a lossy
+        query's operator reads events). An interval or an instant travels as its bounds, a
+        template timestamp as its name and detection time (made again as the parser makes
+        it), any other event as its fields."""
+        n = len(self)
+        if self._parsed is not None:
+            moments = self._parsed[0]
+            low = np.where(np.isnan(moments), self.block.edges[0], moments)
+            high = np.where(np.isnan(moments), self.block.edges[1], np.nan)
+        else:
+            low, high = np.full(n, np.nan), np.full(n, np.nan)
+        others, rows, lows, highs = {}, [], [], []
+        for i, event in enumerate(self._events):
+            if event is None:
+                if self._parsed is not None:
+                    continue        # a common event: its fields are the columns'
+                event = self.event(i)
+            ts = event.ts
+            if type(ts) is Interval and ts.pmf is None:
+                rows.append(i)
+                lows.append(ts.lo)
+                highs.append(ts.hi)
+            else:
+                others[i] = (ts, event.template, event.detected)
+        low[rows], high[rows] = lows, highs
+        names, codes = self.coded
+        fields = [names, self.ids.tolist(), self.templates.tolist(), self.attrs.tolist()]
+        try:
+            text: bytes | list = orjson.dumps(fields)
+        except TypeError:     # orjson.JSONEncodeError: what JSON cannot carry exactly
+            text = fields
+        return pickle.dumps((text, codes, low, high, others), protocol=pickle.HIGHEST_PROTOCOL)
+
     @classmethod
     def from_bytes(cls, data: bytes) -> EventColumns:
         text, codes, edges, probs = pickle.loads(data)
@@ -281,3 +345,35 @@ class EventColumns:
                       problems, _objects(attrs))
         columns.coded = (names, codes)
         return columns
+
+
+def events_from_bytes(data: bytes, streams: Streams | None) -> list[Event]:
+    """The events of :meth:`EventColumns.events_to_bytes`, their templates resolved with
+    ``streams`` (the ones they were parsed with), as the parser resolves a block's: each
+    template's timestamps in one numpy operation."""
+    text, codes, low, high, others = pickle.loads(data)
+    names, ids, templates, attrs = orjson.loads(text) if isinstance(text, bytes) else text
+    stream_of = [names[code] for code in codes.tolist()]
+    lows, highs = low.tolist(), high.tolist()
+    checked, interval, proxy = Event._checked, Interval._checked, MappingProxyType
+    events: list[Event | None] = [None] * len(ids)
+    pending: dict[tuple[str, str], list[int]] = {}
+    for i, name in enumerate(templates):
+        if i in others:
+            ts, template, detected = others[i]
+            events[i] = checked(stream_of[i], ids[i], ts, proxy(attrs[i]) if attrs[i] else _NO_ATTRS, template, detected)
+        elif name is None:
+            events[i] = checked(stream_of[i], ids[i], interval(lows[i], highs[i]),
+                                proxy(attrs[i]) if attrs[i] else _NO_ATTRS)
+        else:
+            pending.setdefault((stream_of[i].casefold(), name), []).append(i)
+    for (stream, name), rows in pending.items():
+        phi = streams._by_key[stream].templates[name]
+        moments = [lows[i] for i in rows]
+        edges = phi.edges + (np.array(moments) - phi.hi)[:, None]
+        edges.flags.writeable = False  # and so is every row of it
+        for i, row, moment in zip(rows, edges, moments):
+            ts = Histogram.__new__(Histogram)
+            ts.edges, ts.probs = row, phi.probs
+            events[i] = checked(stream_of[i], ids[i], ts, proxy(attrs[i]) if attrs[i] else _NO_ATTRS, name, moment)
+    return events

@@ -15,7 +15,7 @@ import redis
 from contract import Keys, Registry
 from penumbra.events.columns import EventColumns
 from penumbra.keygroups import key_hash
-from spark_jobs.routing import CONTROL, Router, compiled, unpack, unpack_columns
+from spark_jobs.routing import CONTROL, Router, compiled, unpack_columns, unpack_events
 
 STREAMS = {"ra": {"max_delay": 5, "pi": 10}, "rb": {"max_delay": 5, "pi": 10}}
 JOIN = "SELECT * FROM ra A, rb B WHERE WINDOW(A, B) = 3 AND A.k = B.k WITH THRESHOLD 0.5"
@@ -92,14 +92,14 @@ def test_entries_become_packed_blocks_dead_letters_and_ticks(redis_server, regis
 
 def test_blocks_of_several_read_partitions_unpack_in_ordinal_order():
     from penumbra.events import parse_event
-    from spark_jobs.routing import pack, pack_columns
-
-    later, earlier = pack([5, 7], [b"e5", b"e7"]), pack([1, 6], [b"e1", b"e6"])
-    assert unpack([later, earlier]) == [b"e1", b"e5", b"e6", b"e7"]
-    assert unpack([earlier]) == [b"e1", b"e6"]
+    from spark_jobs.routing import pack_columns, pack_events
 
     def events(*ids):
         return EventColumns.from_events([parse_event({"stream": "ra", "id": i, "ts": {"lo": 0, "hi": 1}}) for i in ids])
+
+    later, earlier = pack_events([5, 7], events("e5", "e7")), pack_events([1, 6], events("e1", "e6"))
+    assert [e.id for e in unpack_events([later, earlier], None)] == ["e1", "e5", "e6", "e7"]
+    assert [e.id for e in unpack_events([earlier], None)] == ["e1", "e6"]
 
     later, earlier = pack_columns([5, 7], events("e5", "e7")), pack_columns([1, 6], events("e1", "e6"))
     assert unpack_columns([later, earlier])[0].ids.tolist() == ["e1", "e5", "e6", "e7"]

@@ -13,7 +13,7 @@ from hypothesis import example, given, reject, settings, strategies as st
 from penumbra.engine import compile_query
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event
-from penumbra.events.columns import EventColumns
+from penumbra.events.columns import EventColumns, events_from_bytes
 from penumbra.timestamps import Histogram
 from tests.unit.joins.test_join_operator import workload
 
@@ -168,6 +168,9 @@ def same_event(x, y) -> bool:
 @given(st.lists(raw_events(), max_size=14))
 @example([b'{"stream": "S", "id": "a", "ts": {"detected": 5, "template": "t"}}', {"stream": "T", "id": "a", "ts": {
     "detected": 5, "template": "t"}}, '{"stream": "s", "id": "b", "ts": {"detected": 5.5, "template": "u"}}'])
+# instants (no continuous reading), of an integer and of -0.0, one beside a wide attribute (the long way)
+@example(['{"stream": "S", "id": "p", "ts": {"lo": 5, "hi": 5}}', {"stream": "S", "id": "q", "ts": {"lo": -0.0, "hi": 0}},
+          '{"stream": "T", "id": "r", "ts": {"lo": 1e300, "hi": 1e300}, "attrs": {"k": 123456789012345678901234567890}}'])
 def test_parse_reads_a_block_as_the_parser_does_into_the_columns_of_its_events(raws):
     from penumbra.events import parse_event_lines, parse_streams
 
@@ -198,3 +201,13 @@ def test_parse_reads_a_block_as_the_parser_does_into_the_columns_of_its_events(r
     order = np.arange(len(valid))[::-1]
     taken = EventColumns.concat([again.take(order), again.take(order[:1])])
     assert all(same_event(taken.event(j), valid[i]) for j, i in enumerate(order.tolist() + order[:1].tolist()))
+    # the events as bytes (what a pattern's or a lossy query's operator reads): the parser's
+    # events, field for field, from a block none of whose events was made yet, after take,
+    # and from events
+    fresh, _, _ = EventColumns.parse(raws, streams)
+    reversed_valid = [valid[i] for i in order.tolist()]
+    for source, expected_events in ((fresh, valid), (EventColumns.parse(raws, streams)[0].take(order), reversed_valid),
+                                    (EventColumns.from_events(valid), valid)):
+        back = events_from_bytes(source.events_to_bytes(), streams)
+        assert len(back) == len(expected_events)
+        assert all(same_event(b, e) for b, e in zip(back, expected_events)), (back, expected_events)
