@@ -53,9 +53,29 @@ def _canonical(value: Any) -> str:
 
 def key_hash(values: Iterable[Any]) -> int:
     """A 64-bit hash of a key's values, the same in every process and on every machine
-    (Python's own ``hash`` of a string changes from process to process)."""
+    (Python's own ``hash`` of a string changes from process to process). Remembered for
+    the last keys seen: values equal in Python (``1``, ``1.0``, ``True``) are one entry, as
+    they spell alike."""
+    key = values if type(values) is tuple else tuple(values)
+    try:
+        found = _HASHES.get(key)
+    except TypeError:       # an unhashable value
+        return _key_hash(key)
+    if found is None:
+        if len(_HASHES) >= _CACHED_HASHES:
+            _HASHES.clear()
+        found = _HASHES[key] = _key_hash(key)
+    return found
+
+
+def _key_hash(values: tuple) -> int:
     text = "\x1f".join(map(_canonical, values))
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+#: keys whose hashes are remembered (streams repeat a bounded set of keys: tags, regions)
+_CACHED_HASHES = 1 << 16
+_HASHES: dict[tuple, int] = {}
 
 
 @dataclass(frozen=True)

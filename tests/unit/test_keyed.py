@@ -15,6 +15,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from penumbra.engine import build_operator
 from penumbra.events import Event, parse_event, parse_streams
@@ -344,6 +345,28 @@ def test_key_hash_is_pinned_and_follows_the_operators_equality():
     assert key_hash((1.5,)) != key_hash((1,))
     assert key_hash(("a", "b")) != key_hash(("ab",))
     assert key_hash((None,)) != key_hash(("",))
+
+
+scalar_keys = st.lists(st.tuples(st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, -0.0, 1.0, 2.5, 1e20, 10 ** 20, 2 ** 53 + 1,
+                                                                 float(2 ** 53 + 1), "1", "", "a"]),
+    st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False), st.text(max_size=3))), min_size=1, max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scalar_keys)
+def test_a_key_hash_is_the_same_whatever_keys_came_before(keys):
+    """Hashes are remembered by key, where 1, 1.0 and True are one key: each key's hash in a
+    sequence is its hash computed first in a fresh process (the memory cleared)."""
+    from penumbra import keygroups
+
+    alone = []
+    for key in keys:
+        keygroups._HASHES.clear()
+        alone.append(key_hash(key))
+    keygroups._HASHES.clear()
+    assert [key_hash(key) for key in keys] == alone
+    assert [key_hash(list(key)) for key in reversed(keys)] == alone[::-1]
 
 
 def test_routing_sends_unkeyed_roles_everywhere_and_unread_streams_nowhere():
