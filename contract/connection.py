@@ -14,6 +14,11 @@ two kinds of client:
 - :func:`asking_once`, for writes that must take effect once: never sent again; the caller
   finds out after a lost connection whether the write took effect (:func:`patiently`
   retries the whole step, which checks that first).
+
+Both wait at most :data:`CALL_SECONDS` for an answer and :data:`CONNECT_SECONDS` to
+connect, so a Redis host that vanishes without resetting its connections (a network cut,
+a machine gone) counts as unavailable rather than holding a micro-batch until TCP gives
+up, many minutes later.
 """
 
 from __future__ import annotations
@@ -26,12 +31,16 @@ import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-__all__ = ["OUTAGE_SECONDS", "UNAVAILABLE", "asking_once", "patiently", "riding_out"]
+__all__ = ["CALL_SECONDS", "CONNECT_SECONDS", "OUTAGE_SECONDS", "UNAVAILABLE", "asking_once", "patiently",
+           "riding_out"]
 
 log = logging.getLogger("penumbra.redis")
 
 #: How long a process of the job goes on asking a Redis that does not answer.
 OUTAGE_SECONDS = 30.0
+#: Seconds a call waits for Redis's answer (the job's longest, a batch's transaction with
+#: its stored rows, takes well under one) and to connect, before Redis counts as unavailable.
+CALL_SECONDS, CONNECT_SECONDS = 30.0, 5.0
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.05, 1.0
 #: retries of :func:`riding_out`: pauses of 0.1, 0.2, 0.4 and 0.8 s, then of a second each
 _RETRIES = 4 + int(OUTAGE_SECONDS)
@@ -45,12 +54,15 @@ def riding_out(url: str, **options) -> redis.Redis:
     """A client whose calls are sent again over a Redis outage of up to
     :data:`OUTAGE_SECONDS`: for reads, and writes that may take effect twice."""
     return redis.Redis.from_url(url, retry=Retry(ExponentialBackoff(_LONGEST_PAUSE, _FIRST_PAUSE), _RETRIES),
-                                **options)
+                                **{**_WAITS, **options})
 
 
 def asking_once(url: str, **options) -> redis.Redis:
     """A client whose calls are never sent again by the client itself."""
-    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **{**_WAITS, **options})
+
+
+_WAITS = {"socket_timeout": CALL_SECONDS, "socket_connect_timeout": CONNECT_SECONDS}
 
 
 def patiently(what: str, step: Callable[[], T], seconds: float = OUTAGE_SECONDS) -> T:
