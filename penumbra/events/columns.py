@@ -45,6 +45,13 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
+def _any_made(events: list[Event | None]) -> bool:
+    """Whether an event of ``events`` is made: ``list.count(None)`` finds none made at C
+    speed, but compares each one made with None by its dataclass equality, so a block of
+    events made (instants, say) is answered by its first."""
+    return bool(events) and (events[0] is not None or events.count(None) < len(events))
+
+
 def _reading(event: Event) -> tuple[Histogram, str | None]:
     """An event's continuous timestamp, or the placeholder and why it has none."""
     if event.template is not None:
@@ -263,8 +270,7 @@ class EventColumns:
         # most blocks have no event made yet and no problem: those lists are taken whole
         problems = [self.problems[i] for i in rows] if self.problems.count(None) < len(self.problems) \
             else [None] * len(rows)
-        # (not list.count(None): it would compare each event made with None by its dataclass equality)
-        events = [self._events[i] for i in rows] if any(e is not None for e in self._events) else None
+        events = [self._events[i] for i in rows] if _any_made(self._events) else None
         taken = EventColumns(self.streams[index], self.ids[index], self.block.take(index), self.templates[index],
                              problems, self.attrs[index], events, parsed)
         if "coded" in self.__dict__:
