@@ -30,7 +30,7 @@ import orjson
 from ..errors import ValidationError
 from ..timestamps import Histogram, HistogramBlock, Interval, not_continuous
 from .codec import _read_common, collector_paused
-from .model import _NO_ATTRS, Event, _checked_event
+from .model import _NO_ATTRS, Event, _checked_event, _TemplateBlock
 from .streams import Streams
 
 __all__ = ["EventColumns", "events_from_bytes"]
@@ -241,25 +241,24 @@ class EventColumns:
 
     def _parsed_events(self, rows: list[int]) -> list[Event]:
         """Events ``rows`` of columns from :meth:`parse` (a common event: an interval, or a
-        template timestamp), equal to the ones the parser makes."""
+        template timestamp, resolved as the parser resolves a block's), equal to the ones the
+        parser makes."""
         moments, streams = self._parsed
         index = np.asarray(rows, dtype=np.int64)
         names, ids, attrs = self.templates[index].tolist(), self.ids[index].tolist(), self.attrs[index].tolist()
         stream_of, at = self.streams[index].tolist(), moments[index].tolist()
         lows, highs = self.block.edges[0, index].tolist(), self.block.edges[1, index].tolist()
-        checked, interval, proxy = Event._checked, Interval._checked, MappingProxyType
-        made = []
-        for j, i in enumerate(rows):
-            stream, name, values, moment = stream_of[j], names[j], attrs[j], at[j]
-            values = proxy(values) if values else _NO_ATTRS
+        made: list = [None] * len(rows)
+        templates = _TemplateBlock(made)
+        for j, name in enumerate(names):
+            values = MappingProxyType(attrs[j]) if attrs[j] else _NO_ATTRS
             if name is None:
-                made.append(checked(stream, ids[j], interval(lows[j], highs[j]), values))
-                continue
-            phi = streams._by_key[stream.casefold()].templates[name]
-            ts = Histogram.__new__(Histogram)
-            ts.edges, ts.probs = self.block.edges[:len(phi.edges), i].copy(), phi.probs
-            ts.edges.flags.writeable = False
-            made.append(checked(stream, ids[j], ts, values, name, moment))
+                made[j] = Event._checked(stream_of[j], ids[j], Interval._checked(lows[j], highs[j]), values)
+            else:
+                templates.index = j
+                templates.defer(streams._by_key[stream_of[j].casefold()].templates[name], stream_of[j], ids[j], values,
+                                name, at[j])
+        templates.resolve()
         return made
 
     def take(self, index: np.ndarray) -> EventColumns:
@@ -355,31 +354,23 @@ class EventColumns:
 
 def events_from_bytes(data: bytes, streams: Streams | None) -> list[Event]:
     """The events of :meth:`EventColumns.events_to_bytes`, their templates resolved with
-    ``streams`` (the ones they were parsed with), as the parser resolves a block's: each
-    template's timestamps in one numpy operation."""
+    ``streams`` (the ones they were parsed with) as the parser resolves a block's."""
     text, codes, low, high, others = pickle.loads(data)
     names, ids, templates, attrs = orjson.loads(text) if isinstance(text, bytes) else text
     stream_of = [names[code] for code in codes.tolist()]
     lows, highs = low.tolist(), high.tolist()
-    checked, interval, proxy = Event._checked, Interval._checked, MappingProxyType
-    events: list[Event | None] = [None] * len(ids)
-    pending: dict[tuple[str, str], list[int]] = {}
+    events: list = [None] * len(ids)
+    block = _TemplateBlock(events)
     for i, name in enumerate(templates):
+        values = MappingProxyType(attrs[i]) if attrs[i] else _NO_ATTRS
         if i in others:
             ts, template, detected = others[i]
-            events[i] = checked(stream_of[i], ids[i], ts, proxy(attrs[i]) if attrs[i] else _NO_ATTRS, template, detected)
+            events[i] = Event._checked(stream_of[i], ids[i], ts, values, template, detected)
         elif name is None:
-            events[i] = checked(stream_of[i], ids[i], interval(lows[i], highs[i]),
-                                proxy(attrs[i]) if attrs[i] else _NO_ATTRS)
+            events[i] = Event._checked(stream_of[i], ids[i], Interval._checked(lows[i], highs[i]), values)
         else:
-            pending.setdefault((stream_of[i].casefold(), name), []).append(i)
-    for (stream, name), rows in pending.items():
-        phi = streams._by_key[stream].templates[name]
-        moments = [lows[i] for i in rows]
-        edges = phi.edges + (np.array(moments) - phi.hi)[:, None]
-        edges.flags.writeable = False  # and so is every row of it
-        for i, row, moment in zip(rows, edges, moments):
-            ts = Histogram.__new__(Histogram)
-            ts.edges, ts.probs = row, phi.probs
-            events[i] = checked(stream_of[i], ids[i], ts, proxy(attrs[i]) if attrs[i] else _NO_ATTRS, name, moment)
+            block.index = i
+            block.defer(streams._by_key[stream_of[i].casefold()].templates[name], stream_of[i], ids[i], values, name,
+                        lows[i])
+    block.resolve()
     return events
