@@ -33,6 +33,7 @@ import numpy as np
 
 from .errors import ValidationError
 from .events import Event
+from .events.columns import EventColumns
 from .keygroups import KeyGroup
 
 __all__ = ["BlockResult", "Clock", "Late", "Match", "Operator", "check_threshold", "is_due", "merge_clocks"]
@@ -164,11 +165,12 @@ class Operator(abc.ABC):
         key the state in each role the stream plays; ``()`` for a role that is not keyed
         (see :class:`~penumbra.keygroups.Routing`)."""
 
-    def concerned(self, events: Sequence[Event]) -> np.ndarray:
-        """Which of ``events`` can play a part in this query: false only for an event that
-        every role its stream plays refuses by a condition on the event alone (a join
-        side's one-source filter). Such an event changes nothing but time, so a host may
-        keep it from the operator as long as the clock still counts it (:meth:`clock_of`)."""
+    def concerned(self, events: Sequence[Event] | EventColumns) -> np.ndarray:
+        """Which of ``events`` (or of a block's columns) can play a part in this query:
+        false only for an event that every role its stream plays refuses by a condition on
+        the event alone (a join side's one-source filter). Such an event changes nothing but
+        time, so a host may keep it from the operator as long as the clock still counts it
+        (:meth:`clock_of`, which takes a block's columns too)."""
         return np.ones(len(events), dtype=bool)
 
     @abc.abstractmethod

@@ -88,21 +88,14 @@ class Unit:
 
 
 class _Read:
-    """The partition's events of one stream: their rows of the partition's columns; the
-    events themselves made only for a query that reads events (a pattern or lossy one)."""
+    """The partition's events of one stream: their rows of the partition's columns."""
 
     def __init__(self, columns: EventColumns, rows: np.ndarray):
         self.rows = rows
         self.columns = columns.take(rows)
-        self._events: list | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    def events(self) -> list:
-        if self._events is None:
-            self._events = self.columns.events()
-        return self._events
 
 
 def failure(error: BaseException) -> str:
@@ -291,8 +284,7 @@ class Router:
                 for query in unit.members:
                     if query.entry["id"] not in broken:
                         try:
-                            concerned |= query.clocker.concerned(read.columns if unit.plan is not None
-                                                                 else read.events())
+                            concerned |= query.clocker.concerned(read.columns)
                         except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                             broken[query.entry["id"]] = failure(error)
                 routing = unit.lead.routing
@@ -323,13 +315,13 @@ class Router:
             key = registry.clock_keys[unit_id]
             try:
                 if key not in clocks:
+                    # each operator reads its streams of the partition's columns itself; a join
+                    # gives each event the clock of the events before it, all keys (the clocks
+                    # of the partitions before this one join it in the stateful step)
                     if unit.plan is not None:
-                        # a join reads its sides' streams of the partition's columns itself,
-                        # and gives each event the clock of the events before it, all keys
-                        # (the clocks of the partitions before this one join it in the stateful step)
                         priors[key], clocks[key] = unit.lead.clocker.time_of(columns)
                     else:
-                        clocks[key] = unit.lead.clocker.clock_of([e for r in read for e in r.events()])
+                        clocks[key] = unit.lead.clocker.clock_of(columns)
             except Exception as error:  # noqa: BLE001 - quarantined, the others go on
                 for query in unit.members:
                     broken.setdefault(query.entry["id"], failure(error))

@@ -74,8 +74,10 @@ class EventColumns:
         self.streams, self.ids, self.block, self.templates = streams, ids, block, templates
         self.problems, self.attrs = problems, attrs
         self._events: list[Event | None] = list(events) if events is not None else [None] * len(ids)
-        #: from :meth:`parse`: each event's detection time (NaN without a template) and the
-        #: streams its templates were resolved with, so :meth:`event` makes it as the parser does
+        #: from :meth:`parse`: what makes each common event again, as a (2, n) array (an
+        #: interval's or an instant's bounds; a template's detection time and NaN; NaN for an
+        #: event made already), and the streams its templates were resolved with, so
+        #: :meth:`event` makes it as the parser does
         self._parsed = parsed
 
     @classmethod
@@ -101,11 +103,9 @@ class EventColumns:
             for index, raw in enumerate(raws):
                 try:
                     obj, decoded, common = _read_common(raw, streams)
-                    if common is None or (common[2] is not None and not common[2].lo < common[2].hi):
-                        # anything else, valid or not (a point interval: an event, no continuous reading)
-                        event = _checked_event(obj, streams) if common is None else \
-                            Event._checked(common[0], common[1], common[2],
-                                           MappingProxyType(dict(common[4])) if common[4] else _NO_ATTRS)
+                    if common is None:
+                        # anything else, valid or not
+                        event = _checked_event(obj, streams)
                         others.append((len(ids), event))
                         codes.append(code_of.setdefault(event.stream, len(code_of)))
                         ids.append(event.id)
@@ -142,6 +142,8 @@ class EventColumns:
         n = len(ids)
         histograms, problems, read, points = [], [None] * n, [], []
         events: list[Event | None] = [None] * n
+        # what makes a common event again (see __init__): (lo, hi), or (detected, NaN)
+        stamps = np.full((2, n), np.nan)
         for row, event in others:
             events[row] = event
             ts = event.ts
@@ -157,13 +159,21 @@ class EventColumns:
         rest = HistogramBlock.from_histograms(histograms) if histograms else None
         width = max([1, rest.buckets if rest is not None else 1] + [len(g[0].probs) for g in templates.values()])
         edges, probs = np.empty((width + 1, n)), np.zeros((width, n))
-        detected = np.full(n, np.nan)
         names_of = np.full(n, None, dtype=object)
         if intervals[0]:
             rows = np.asarray(intervals[0], dtype=np.int64)
-            edges[0, rows] = intervals[1]
-            edges[1:, rows] = np.asarray(intervals[2])
+            stamps[:, rows] = intervals[1:]
+            lows, highs = stamps[:, rows]
+            edges[0, rows] = lows
+            edges[1:, rows] = highs
             probs[0, rows] = 1.0
+            # an instant (lo = hi: a lossy stream's read, say) has no continuous reading: the
+            # placeholder, and the error Event.histogram raises for it (ts.hi), without raising it
+            flat = ~(lows < highs)
+            if flat.any():
+                points.extend(rows[flat].tolist())
+                for row, lo, hi in zip(rows[flat].tolist(), lows[flat].tolist(), highs[flat].tolist()):
+                    problems[row] = "ts.hi: " + not_continuous(lo, hi)
         for phi, name, rows, moments in templates.values():
             rows, moments = np.asarray(rows, dtype=np.int64), np.asarray(moments)
             k = len(phi.probs)
@@ -172,7 +182,7 @@ class EventColumns:
             edges[:k + 1, rows] = shifted.T
             edges[k + 1:, rows] = shifted[:, -1]
             probs[:k, rows] = phi.probs[:, None]
-            detected[rows] = moments
+            stamps[0, rows] = moments
             names_of[rows] = name
         if points:
             rows = np.asarray(points, dtype=np.int64)
@@ -186,7 +196,7 @@ class EventColumns:
             probs[:, rows] = rest.probs
             names_of[rows] = [events[row].template for row in read]
         columns = cls(_objects(coded[0])[coded[1]], _objects(ids), HistogramBlock(edges, probs), names_of, problems,
-                      _objects(attrs), events, (detected, streams))
+                      _objects(attrs), events, (stamps, streams))
         columns.coded = coded
         return columns
 
@@ -239,15 +249,32 @@ class EventColumns:
                 self._events[i] = event
         return [self.event(i) for i in range(len(self))]
 
+    def bounds(self) -> np.ndarray:
+        """Each event's timestamp bounds as a (2, n) array, ``lo`` over ``hi``, where its
+        timestamp is an :class:`~penumbra.timestamps.Interval` (an instant too); NaN where it
+        is not. What an operator's clock reads of a block, without making its events."""
+        if self._parsed is None:
+            out = np.full((2, len(self)), np.nan)
+        else:
+            out = self._parsed[0].copy()
+            out[0, np.isnan(out[1])] = np.nan       # a template's detection time
+        if self._parsed is None or _any_made(self._events):
+            for i, event in enumerate(self._events):
+                if event is None and self._parsed is None:
+                    event = self.event(i)
+                if event is not None and type(event.ts) is Interval:
+                    out[:, i] = event.ts.lo, event.ts.hi
+        return out
+
     def _parsed_events(self, rows: list[int]) -> list[Event]:
         """Events ``rows`` of columns from :meth:`parse` (a common event: an interval, or a
         template timestamp, resolved as the parser resolves a block's), equal to the ones the
         parser makes."""
-        moments, streams = self._parsed
+        stamps, streams = self._parsed
         index = np.asarray(rows, dtype=np.int64)
         names, ids, attrs = self.templates[index].tolist(), self.ids[index].tolist(), self.attrs[index].tolist()
-        stream_of, at = self.streams[index].tolist(), moments[index].tolist()
-        lows, highs = self.block.edges[0, index].tolist(), self.block.edges[1, index].tolist()
+        stream_of = self.streams[index].tolist()
+        lows, highs = stamps[0, index].tolist(), stamps[1, index].tolist()
         made: list = [None] * len(rows)
         templates = _TemplateBlock(made)
         for j, name in enumerate(names):
@@ -257,14 +284,14 @@ class EventColumns:
             else:
                 templates.index = j
                 templates.defer(streams._by_key[stream_of[j].casefold()].templates[name], stream_of[j], ids[j], values,
-                                name, at[j])
+                                name, lows[j])
         templates.resolve()
         return made
 
     def take(self, index: np.ndarray) -> EventColumns:
         """The events at ``index``, in its order."""
         index = np.asarray(index, dtype=np.int64)
-        parsed = (self._parsed[0][index], self._parsed[1]) if self._parsed is not None else None
+        parsed = (self._parsed[0][:, index], self._parsed[1]) if self._parsed is not None else None
         rows = index.tolist()
         # most blocks have no event made yet and no problem: those lists are taken whole
         problems = [self.problems[i] for i in rows] if self.problems.count(None) < len(self.problems) \
@@ -285,7 +312,7 @@ class EventColumns:
             return parts[0]
         parsed = None
         if all(p._parsed is not None and p._parsed[1] is parts[0]._parsed[1] for p in parts):
-            parsed = (np.concatenate([p._parsed[0] for p in parts]), parts[0]._parsed[1])
+            parsed = (np.concatenate([p._parsed[0] for p in parts], axis=1), parts[0]._parsed[1])
         # else a parsed part's events are made now, while it knows how
         events = [x for p in parts for x in (p._events if parsed is not None or p._parsed is None
                                               else [p.event(i) for i in range(len(p))])]
@@ -313,26 +340,22 @@ class EventColumns:
         query's operator reads events). An interval or an instant travels as its bounds, a
         template timestamp as its name and detection time (made again as the parser makes
         it), any other event as its fields."""
-        n = len(self)
-        if self._parsed is not None:
-            moments = self._parsed[0]
-            low = np.where(np.isnan(moments), self.block.edges[0], moments)
-            high = np.where(np.isnan(moments), self.block.edges[1], np.nan)
-        else:
-            low, high = np.full(n, np.nan), np.full(n, np.nan)
+        # a common event's fields are the columns' (its stamps); any other event's, its own
+        low, high = self._parsed[0].copy() if self._parsed is not None else np.full((2, len(self)), np.nan)
         others, rows, lows, highs = {}, [], [], []
-        for i, event in enumerate(self._events):
-            if event is None:
-                if self._parsed is not None:
-                    continue        # a common event: its fields are the columns'
-                event = self.event(i)
-            ts = event.ts
-            if type(ts) is Interval and ts.pmf is None:
-                rows.append(i)
-                lows.append(ts.lo)
-                highs.append(ts.hi)
-            else:
-                others[i] = (ts, event.template, event.detected)
+        if self._parsed is None or _any_made(self._events):
+            for i, event in enumerate(self._events):
+                if event is None:
+                    if self._parsed is not None:
+                        continue
+                    event = self.event(i)
+                ts = event.ts
+                if type(ts) is Interval and ts.pmf is None:
+                    rows.append(i)
+                    lows.append(ts.lo)
+                    highs.append(ts.hi)
+                else:
+                    others[i] = (ts, event.template, event.detected)
         low[rows], high[rows] = lows, highs
         names, codes = self.coded
         fields = [names, self.ids.tolist(), self.templates.tolist(), self.attrs.tolist()]

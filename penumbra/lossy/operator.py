@@ -56,6 +56,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event, Streams
+from ..events.columns import EventColumns
 from ..operator import BlockResult, Late, Operator, check_threshold
 from ..probability import meets
 from ..query.ast import evaluate
@@ -323,13 +324,28 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
                 attrs.append(role)
         return roles
 
-    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+    def clock_of(self, events: Sequence[Event] | EventColumns) -> dict[str, float]:
         """The largest first instant on the grid among the events of the query's streams, as
         :meth:`_admit` takes the time seen (late ones lie behind the time already processed,
-        so the figure needs no state)."""
-        times = [first for e in events if self._stream(e.stream) >= 0
-                 and (first := self._first_instant(e.ts)) is not None]
+        so the figure needs no state). A block's columns are read without making their
+        events, but for an interval wider than an instant."""
+        if isinstance(events, EventColumns):
+            times = self._first_instants(events)
+        else:
+            times = [first for e in events if self._stream(e.stream) >= 0
+                     and (first := self._first_instant(e.ts)) is not None]
         return {"seen": float(max(times))} if times else {}
+
+    def _first_instants(self, columns: EventColumns) -> list[int]:
+        """:meth:`_first_instant` of the events of the query's streams in ``columns``: an
+        instant's from its bounds, all at once; a wider interval's from its event."""
+        rows = np.concatenate([columns.rows_of(stream) for stream in self.stream_index])
+        lo, hi = columns.bounds()[:, rows]
+        with np.errstate(invalid="ignore"):     # NaN: not an interval
+            instants = lo[(lo == hi) & (lo % 1 == 0) & (np.abs(lo) <= _GRID_LIMIT)]
+        times = [int(instants.max())] if len(instants) else []
+        wider = (self._first_instant(columns.event(i).ts) for i in rows[lo < hi].tolist())
+        return times + [first for first in wider if first is not None]
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
         """Take the time other key groups have seen: release the held events it makes

@@ -25,8 +25,11 @@ import pickle
 import zlib
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import ValidationError
 from ..events import Event, Streams
+from ..events.columns import EventColumns
 from ..timestamps import Interval
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..probability import meets
@@ -156,19 +159,27 @@ class PatternOperator(Operator):
                 attrs.append(role)
         return roles
 
-    def clock_of(self, events: Sequence[Event]) -> dict[str, float]:
+    def clock_of(self, events: Sequence[Event] | EventColumns) -> dict[str, float]:
         """``now.lower`` (the largest lower bound) and, unless the streams declare
         ``pi``, ``U_max`` (the longest interval) over the intervals of the pattern's
-        streams, in grid steps."""
+        streams, in grid steps (a block's columns read without making their events)."""
+        if isinstance(events, EventColumns):
+            rows = np.concatenate([events.rows_of(stream) for stream in self.streams])
+            lo, hi = events.bounds()[:, rows]
+            read = ~np.isnan(lo)
+            return self._bounds_clock(lo[read].tolist(), hi[read].tolist())
         return self._clock([e.ts for e in events if isinstance(e.ts, Interval) and e.stream.casefold() in self.streams])
 
     def _clock(self, read: list[Interval]) -> dict[str, float]:
         """What the intervals ``read`` say of time (see :meth:`clock_of`)."""
-        if not read:
+        return self._bounds_clock([ts.lo for ts in read], [ts.hi for ts in read])
+
+    def _bounds_clock(self, lows: list[float], highs: list[float]) -> dict[str, float]:
+        if not lows:
             return {}
-        clock = {"lower": max(ts.lo for ts in read) / self.unit}
+        clock = {"lower": max(lows) / self.unit}
         if self.declared_span is None:
-            clock["span"] = max(ts.hi - ts.lo for ts in read) / self.unit
+            clock["span"] = max(hi - lo for lo, hi in zip(lows, highs)) / self.unit
         return clock
 
     def _move_time(self, clock: dict[str, float]) -> None:

@@ -122,6 +122,9 @@ stamps = st.one_of(
     st.builds(lambda lo: {"lo": lo, "hi": lo + 2}, st.integers(-10 ** 6, 10 ** 6)),
     st.builds(lambda lo: {"edges": [lo, lo + 1, lo + 4], "probs": [0.25, 0.75]}, st.floats(-1e6, 1e6)),
     st.just({"lo": 0, "hi": 2, "pmf": [0.25, 0.5, 0.25]}),
+    # instants (an RFID read): on a lossy query's grid, off it, beyond it, of -0.0
+    st.builds(lambda t: {"lo": t, "hi": t}, st.integers(-10 ** 6, 10 ** 6) | st.floats(-1e6, 1e6)
+              | st.sampled_from([-0.0, 2.0 ** 53, 2.0 ** 53 + 2, -1e300])),
     st.just({"lo": 3, "hi": 1}), st.just({"lo": 1}), st.just([1, 2]), st.just("now"))
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False),
                     st.text(max_size=6), st.just([1]))
@@ -211,3 +214,43 @@ def test_parse_reads_a_block_as_the_parser_does_into_the_columns_of_its_events(r
         back = events_from_bytes(source.events_to_bytes(), streams)
         assert len(back) == len(expected_events)
         assert all(same_event(b, e) for b, e in zip(back, expected_events)), (back, expected_events)
+
+
+#: queries over S and T that read events, and so a block's clock from its columns
+CLOCKED = ["SEQUENCE(S x, !T y, S z) WHERE x.k = z.k WITHIN 100 THRESHOLD 0.1",
+           "SEQUENCE(T x, U y) WITHIN 50 THRESHOLD 0.1",
+           "PATTERN SEQ(S a, T b) WITHIN 40",
+           "PATTERN SEQ(T a, T b) WITHIN 4"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(raw_events(), max_size=14))
+@example(['{"stream": "S", "id": "p", "ts": {"lo": 5, "hi": 5}}', '{"stream": "s", "id": "q", "ts": {"lo": 2, "hi": 9}}',
+          '{"stream": "T", "id": "r", "ts": {"lo": 1e300, "hi": 1e300}}', '{"stream": "T", "id": "v", "ts": '
+          '{"lo": 0, "hi": 2, "pmf": [0.25, 0.5, 0.25]}}', '{"stream": "T", "id": "w", "ts": {"lo": -0.0, "hi": -0.0}}'])
+# the grid's last instant, and one beyond it
+@example(['{"stream": "S", "id": "g", "ts": {"lo": 9007199254740992, "hi": 9007199254740992}}',
+          '{"stream": "S", "id": "h", "ts": {"lo": 9007199254740994, "hi": 9007199254740994}}'])
+def test_a_block_s_columns_tell_an_operator_s_clock_what_its_events_tell(raws):
+    """The bounds of each event's interval (NaN for any other timestamp), and the clock a
+    lossy or pattern operator reads from a block's columns, as from the parser's events:
+    from a fresh block, after take and concat, and from events."""
+    from penumbra.events import parse_event_lines, parse_streams
+    from penumbra.engine import compile_query
+    from penumbra.timestamps import Interval
+
+    streams = parse_streams(PARSE_STREAMS)
+    valid = [e for e in parse_event_lines(raws, streams) if not isinstance(e, ValidationError)]
+    order = np.arange(len(valid))[::-1]
+    again = EventColumns.parse(raws, streams)[0]
+    made = EventColumns.parse(raws, streams)[0]
+    made.event(0) if valid else None       # one event made already, the rest not
+    for columns, events in ((EventColumns.parse(raws, streams)[0], valid), (made, valid),
+                            (EventColumns.concat([again.take(order), again.take(order[:1])]),
+                             [valid[i] for i in order.tolist() + order[:1].tolist()]),
+                            (EventColumns.from_events(valid), valid)):
+        expected = np.array([[e.ts.lo, e.ts.hi] if type(e.ts) is Interval else [np.nan, np.nan] for e in events]
+                            ).reshape(-1, 2).T
+        assert np.array_equal(columns.bounds(), expected, equal_nan=True)
+        for text in CLOCKED:
+            assert compile_query(text, streams).clock_of(columns) == compile_query(text, streams).clock_of(events), text
