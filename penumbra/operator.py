@@ -174,9 +174,10 @@ class Operator(abc.ABC):
         return np.ones(len(events), dtype=bool)
 
     @abc.abstractmethod
-    def clock_of(self, events: Sequence[Event]) -> Clock:
+    def clock_of(self, events: Sequence[Event] | EventColumns) -> Clock:
         """What ``events`` say of time, from the events alone (no state), so a host can
-        compute it for a whole micro-batch before splitting it into key groups."""
+        compute it for a whole micro-batch before splitting it into key groups; the same
+        from a block's columns (the pipeline's router makes no events)."""
 
     @abc.abstractmethod
     def advance(self, clock: Clock) -> BlockResult:
