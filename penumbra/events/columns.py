@@ -75,8 +75,8 @@ class EventColumns:
         self.problems, self.attrs = problems, attrs
         self._events: list[Event | None] = list(events) if events is not None else [None] * len(ids)
         #: from :meth:`parse`: what makes each common event again, as a (2, n) array (an
-        #: interval's or an instant's bounds; a template's detection time and NaN; NaN for an
-        #: event made already), and the streams its templates were resolved with, so
+        #: interval's or an instant's bounds; a template's detection time and NaN; NaN for any
+        #: other event, made already), and the streams its templates were resolved with, so
         #: :meth:`event` makes it as the parser does
         self._parsed = parsed
 
@@ -140,7 +140,7 @@ class EventColumns:
     @classmethod
     def _assembled(cls, coded, ids, attrs, intervals, templates, others, streams) -> EventColumns:
         n = len(ids)
-        histograms, problems, read, points = [], [None] * n, [], []
+        histograms, problems, read = [], [None] * n, []
         events: list[Event | None] = [None] * n
         # what makes a common event again (see __init__): (lo, hi), or (detected, NaN)
         stamps = np.full((2, n), np.nan)
@@ -148,10 +148,9 @@ class EventColumns:
             events[row] = event
             ts = event.ts
             if type(ts) is Interval and ts.pmf is None and not ts.lo < ts.hi:
-                # an instant (a lossy stream's read, say): the placeholder, and the error
-                # Event.histogram raises for it (ts.hi), without raising it
-                problems[row] = "ts.hi: " + not_continuous(ts.lo, ts.hi)
-                points.append(row)
+                intervals[0].append(row)        # an instant made the long way: as the common ones
+                intervals[1].append(ts.lo)
+                intervals[2].append(ts.hi)
                 continue
             histogram, problems[row] = _reading(event)
             histograms.append(histogram)
@@ -171,8 +170,10 @@ class EventColumns:
             # placeholder, and the error Event.histogram raises for it (ts.hi), without raising it
             flat = ~(lows < highs)
             if flat.any():
-                points.extend(rows[flat].tolist())
-                for row, lo, hi in zip(rows[flat].tolist(), lows[flat].tolist(), highs[flat].tolist()):
+                points = rows[flat]
+                edges[0, points] = _PLACEHOLDER.edges[0]
+                edges[1:, points] = _PLACEHOLDER.edges[1]
+                for row, lo, hi in zip(points.tolist(), lows[flat].tolist(), highs[flat].tolist()):
                     problems[row] = "ts.hi: " + not_continuous(lo, hi)
         for phi, name, rows, moments in templates.values():
             rows, moments = np.asarray(rows, dtype=np.int64), np.asarray(moments)
@@ -184,11 +185,6 @@ class EventColumns:
             probs[:k, rows] = phi.probs[:, None]
             stamps[0, rows] = moments
             names_of[rows] = name
-        if points:
-            rows = np.asarray(points, dtype=np.int64)
-            edges[0, rows] = _PLACEHOLDER.edges[0]
-            edges[1:, rows] = _PLACEHOLDER.edges[1]
-            probs[0, rows] = 1.0
         if rest is not None:
             rows = np.asarray(read, dtype=np.int64)
             rest = rest.padded(width)
