@@ -6,6 +6,7 @@ integration), lateness from a plain replay of the arrival order."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -143,6 +144,21 @@ def check(found, expected, ambiguous):
 QUERY = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} {keys} WITH THRESHOLD {t} USING {s}"
 
 
+def case_workload(name: str, kind: str):
+    """A case's workload, seeded by its name the same in every process (``hash`` of a
+    string is not)."""
+    return workload(zlib.crc32(name.encode()) % 1000, kind)
+
+
+@functools.cache
+def case_brute_force(name: str, kind: str, d: float, threshold: float, keyed: bool):
+    """The brute force over a case's workload, worked out once for all the strategies held
+    to it (it is most of a case's time); pairs and late events are named by id, so the
+    answer holds for every parse of the workload."""
+    streams, events = case_workload(name, kind)
+    return brute_force(streams, events, d, lambda _: threshold, keyed)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("kind,d,threshold,keyed,block", [
     ("intervals", 15.0, 0.6, False, 50),    # d >= pi
@@ -155,12 +171,11 @@ QUERY = "SELECT * FROM S A, T B WHERE WINDOW(A, B) = {d} {keys} WITH THRESHOLD {
     ("mixed", 3.0, 0.2, False, 40),
 ])
 def test_every_strategy_equals_brute_force(strategy, kind, d, threshold, keyed, block):
-    # a seed of the case, the same in every process (``hash`` of a string is not)
-    streams, events = workload(zlib.crc32(f"{kind} {d}".encode()) % 1000, kind)
+    streams, events = case_workload(f"{kind} {d}", kind)
     keys = "AND A.region = B.region" if keyed else ""
     op = compile_query(QUERY.format(d=d, keys=keys, t=threshold, s=strategy), streams)
     found, late = run(op, events, block)
-    expected, ambiguous, expected_late = brute_force(streams, events, d, lambda _: threshold, keyed)
+    expected, ambiguous, expected_late = case_brute_force(f"{kind} {d}", kind, d, threshold, keyed)
     assert late == expected_late and late, "the workload has late events and they are reported"
     check(found, expected, ambiguous)
     assert op.counters["evicted"] > 0, "buffers were invalidated along the way"
@@ -169,7 +184,7 @@ def test_every_strategy_equals_brute_force(strategy, kind, d, threshold, keyed, 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("kind,d,threshold", [("templates", 14.0, 0.7), ("intervals", 4.0, 0.6), ("mixed", 16.0, 0.8)])
 def test_near_miss_histogram_counts_every_pair_between_floor_and_threshold(strategy, kind, d, threshold):
-    streams, events = workload(zlib.crc32(f"{kind} {d} near".encode()) % 1000, kind)  # the same in every process
+    streams, events = case_workload(f"{kind} {d} near", kind)
     op = compile_query(QUERY.format(d=d, keys="AND A.region = B.region", t=threshold, s=strategy), streams)
     found = {}
     for start in range(0, len(events), 37):
@@ -177,7 +192,7 @@ def test_near_miss_histogram_counts_every_pair_between_floor_and_threshold(strat
             found[bin_] = found.get(bin_, 0) + count
     # every admitted pair of the same region, weighed by the oracle, binned by hundredths; a
     # pair within rounding of the threshold may fall on either side of it
-    everything, _, _ = brute_force(streams, events, d, lambda _: op.floor, keyed=True)
+    everything, _, _ = case_brute_force(f"{kind} {d} near", kind, d, op.floor, True)
     expected, either = {}, {}
     for p in everything.values():
         hundredths = f"{math.floor(p * 100 + 1e-6) / 100:.2f}"  # a probability on an edge is the bin above
@@ -509,12 +524,23 @@ def test_ten_thousand_keys_equal_the_all_pairs_oracle(strategy):
     """10,000 key values drifting with time, so keys leave the buffers and come back long
     after (their codes renumbered meanwhile): every pair within a key, against the
     all-pairs oracle taken key by key (pairs of different keys never match)."""
+    streams, events, expected, ambiguous, keys = ten_thousand_keys()
+    op = compile_query(QUERY.format(d=12.0, keys="AND A.region = B.region", t=0.4, s=strategy), streams)
+    found, late = run(op, events, 1000)
+    assert keys > 8_000 and len(expected) > 1_000
+    check(found, expected, ambiguous)
+    assert op.counters["evicted"] > 10_000
+    assert len(op.held.keys) < 4_096, "codes of keys that left were forgotten (renumbered)"
+
+
+@functools.cache
+def ten_thousand_keys():
+    """The workload of 10,000 drifting keys and its all-pairs oracle, worked out once for
+    both strategies held to it."""
     streams, events = workload(4242, "templates", n=24_000, spacing=0.5, late_share=0.01)
     rng = np.random.default_rng(4242)
     events = [dataclasses.replace(e, attrs={**e.attrs, "region": int((i // 2 + rng.integers(0, 40)) % 10_000)})
               for i, e in enumerate(events)]
-    op = compile_query(QUERY.format(d=12.0, keys="AND A.region = B.region", t=0.4, s=strategy), streams)
-    found, late = run(op, events, 1000)
     admitted = admitted_events(streams, events)
     by_key: dict[int, tuple[list, list]] = {}
     for e in admitted:
@@ -527,10 +553,7 @@ def test_ten_thousand_keys_equal_the_all_pairs_oracle(strategy):
                 ambiguous.add((a.id, b.id))
             elif p >= 0.4:
                 expected[(a.id, b.id)] = p
-    assert len(by_key) > 8_000 and len(expected) > 1_000
-    check(found, expected, ambiguous)
-    assert op.counters["evicted"] > 10_000
-    assert len(op.held.keys) < 4_096, "codes of keys that left were forgotten (renumbered)"
+    return streams, events, expected, ambiguous, len(by_key)
 
 
 @pytest.mark.parametrize("text", [

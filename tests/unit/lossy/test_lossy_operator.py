@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -87,13 +88,22 @@ def test_learning_does_not_depend_on_blocks(block, monkeypatch):
     """The tables move at the same events however the input is cut (here four times:
     checked every 1000 events instead of LEARN_CHECK_EVERY, to keep the stream short)."""
     monkeypatch.setattr(lossy_operator, "LEARN_CHECK_EVERY", 1000)
+    query, events, reference, observations = learning_reference()
+    assert observations > 4 * LEARN_EVERY
+    assert as_set(run(build_operator(query, STREAMS), events, block=block)) == reference
+
+
+@functools.cache
+def learning_reference():
+    """The learning run in blocks of 50 the cuts are held to, run once for all of them
+    (with LEARN_CHECK_EVERY at 1000, as each test sets it): its query, events, matches and
+    the observations its tables learned from."""
     query = parse("SEQUENCE(Shelf x, Aisle a, !Counter y, Exit z) WHERE " + HASHED +
                   " DEFAULT a.tag = x.tag WITHIN 80 THRESHOLD 0.05")
     events = random_store(3, visits=3000)
     op = build_operator(query, STREAMS)
-    reference = run(op, events, block=50)
-    assert sum(h.observations for h in op.learned.values()) > 4 * LEARN_EVERY
-    assert as_set(run(build_operator(query, STREAMS), events, block=block)) == as_set(reference)
+    reference = as_set(run(op, events, block=50))
+    return query, events, reference, sum(h.observations for h in op.learned.values())
 
 
 def test_learning_moves_the_probabilities():
