@@ -53,19 +53,25 @@ def p_within_exact(edges_i, probs_i, edges_j, probs_j, d) -> Fraction:
 
 
 def p_geq_float(edges_i, probs_i, edges_j, probs_j, d=0.0) -> float:
-    """The same bucket-pair integration in floats (fast enough for bisection)."""
+    """The same bucket-pair integration in floats (fast enough for bisection), in Python's
+    own floats: the same double arithmetic as numpy's scalars, a few times faster. A pair
+    whose shifted bucket ends where the other's begins, or before, adds nothing."""
+    ei, pi, ej, pj = (np.asarray(v, dtype=float).tolist() for v in (edges_i, probs_i, edges_j, probs_j))
+    d = float(d)
+    right = [(pj[v], ej[v], ej[v + 1]) for v in range(len(pj)) if pj[v] != 0]
     total = 0.0
-    for u in range(len(probs_i)):
-        a, b = edges_i[u] + d, edges_i[u + 1] + d
-        for v in range(len(probs_j)):
-            if probs_i[u] == 0 or probs_j[v] == 0:
+    for u in range(len(pi)):
+        if pi[u] == 0:
+            continue
+        a, b = ei[u] + d, ei[u + 1] + d
+        for q, c, e in right:
+            if b <= c:
                 continue
-            c, e = edges_j[v], edges_j[v + 1]
-            cuts = sorted({a, b} | {k for k in (c, e) if a < k < b})
+            cuts = [a, *(k for k in (c, e) if a < k < b), b]     # in order: a < c < e < b
             inner = 0.0
             for s, t in zip(cuts, cuts[1:]):
                 inner += (t - s) * (min(max(s - c, 0.0), e - c) + min(max(t - c, 0.0), e - c)) / 2
-            total += probs_i[u] * probs_j[v] * inner / ((b - a) * (e - c))
+            total += pi[u] * q * inner / ((b - a) * (e - c))
     return total
 
 
