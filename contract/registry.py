@@ -16,7 +16,7 @@ import redis
 
 from penumbra.engine import build_operator
 from penumbra.errors import PenumbraError
-from penumbra.events import Streams, parse_streams
+from penumbra.events import StreamParams, Streams, parse_streams
 from penumbra.operator import Operator
 from penumbra.query import check_registered, parse
 
@@ -205,13 +205,16 @@ class Registry:
 
     def put_streams(self, params: Mapping[str, Any], *, who: str = "system") -> dict:
         """Register (or replace) the parameters of the named streams."""
-        parse_streams(params)
+        given = parse_streams(params)
 
         def change(registry: dict) -> dict:
             merged = {**registry["streams"], **params}
             if len(merged) > max(self.max_streams, len(registry["streams"])):
                 raise RegistryFull(f"at most {self.max_streams} streams are registered")
-            parse_streams(merged)
+            # the registered streams were checked as they came: what is left to refuse is a
+            # name equal to one of them but for case (a change costs what it changes, not
+            # a parse of every stream registered)
+            Streams([StreamParams(name) for name in registry["streams"] if name not in params] + list(given.values()))
             registry["streams"] = merged
             return dict(params)
 
