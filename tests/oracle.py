@@ -54,7 +54,7 @@ def p_within_exact(edges_i, probs_i, edges_j, probs_j, d) -> Fraction:
 
 def p_geq_float(edges_i, probs_i, edges_j, probs_j, d=0.0) -> float:
     """The same bucket-pair integration in floats (fast enough for bisection), in Python's
-    own floats: the same double arithmetic as numpy's scalars, a few times faster. A pair
+    own floats: the same double arithmetic as numpy's scalars, about twice as fast. A pair
     whose shifted bucket ends where the other's begins, or before, adds nothing."""
     ei, pi, ej, pj = (np.asarray(v, dtype=float).tolist() for v in (edges_i, probs_i, edges_j, probs_j))
     d = float(d)
