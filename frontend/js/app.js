@@ -39,6 +39,24 @@ function askOtherTabs(wait = 300) {
   });
 }
 
+// an answer that comes after the wait (the other tab was busy) still signs this tab in, as
+// long as it shows the sign-in form and no one has signed in here meanwhile
+function takeLateAnswer() {
+  if (!tabs) return;
+  const late = async (event) => {
+    if (event.data?.type !== "token" || !event.data.token) return;
+    tabs.removeEventListener("message", late);
+    if (session.me || $("#signin").hidden) return;
+    try {
+      await signIn(event.data.token);
+      showShell();
+    } catch {
+      // not accepted (revoked meanwhile): the form stays as it was
+    }
+  };
+  tabs.addEventListener("message", late);
+}
+
 tabs?.addEventListener("message", (event) => {
   if (event.data?.type === "who" && session.token && session.me) tabs.postMessage({ type: "token", token: session.token });
   if (event.data?.type === "signout" && session.me) signOut("Signed out in another tab.", false);
@@ -178,6 +196,7 @@ window.addEventListener("hashchange", () => {
   }
   if (!session.token) {
     showSignIn();
+    takeLateAnswer();
     return;
   }
   try {

@@ -90,7 +90,10 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
     assert "region" in text
     instance = newest["alarm"]
     card = page.locator(f'.group[data-alarm="{instance}"]')
-    card.locator('[data-testid="state"]', has_text="New").wait_for()
+    try:
+        card.locator('[data-testid="state"]', has_text="New").wait_for()
+    except sync_api.TimeoutError:
+        raise AssertionError(f"the card of {instance} is not new: {what_shows(demo, page, instance)}") from None
     card.locator('button[data-act="acknowledge"]').focus()
     page.keyboard.press("Enter")
     card.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
@@ -111,6 +114,18 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
     watching.open("queries")
     watching.page.wait_for_selector('.tabs a[data-view="queries"][aria-current="page"]')
     assert watching.page.is_hidden("#register")
+
+
+def what_shows(demo, page, instance: str) -> str:
+    """What the page and the API show of an instance, for a failure's message."""
+    shown = page.evaluate("""(id) => ({
+        connection: document.querySelector("#connection")?.dataset.state,
+        card: document.querySelector(`.group[data-alarm="${id}"]`)?.innerText ?? null,
+        cards: [...document.querySelectorAll(".group[data-alarm]")].map((c) => c.dataset.alarm).slice(0, 20),
+        filter: document.querySelector("#f-query")?.value})""", instance)
+    with http(demo.base) as client:
+        view = client.get(f"/api/alarms/{instance}", headers=bearer(demo.token)).json()
+    return f"page {json.dumps(shown)}; API {json.dumps(view)}"
 
 
 def test_a_bad_query_is_marked_fixed_registered_and_raises_alarms_from_the_job(demo, open_tab):

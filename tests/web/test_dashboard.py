@@ -337,6 +337,23 @@ def test_a_second_tab_shares_the_session_and_signing_out_signs_out_every_tab(tab
     second.close()
 
 
+def test_a_new_tab_takes_a_late_answer_from_another_tab(tab, api):
+    """A busy tab may answer after the new one stopped waiting and showed the sign-in form:
+    the late answer still signs the new tab in."""
+    page = tab.page
+    tab.open("alarms")
+    page.wait_for_selector("#signin:not([hidden])")
+    second = page.context.new_page()
+    second.goto(f"{tab.base_url}/#/queries")
+    second.wait_for_selector("#signin:not([hidden])")          # no tab answered in time
+    page.evaluate("(token) => new BroadcastChannel('penumbra.session').postMessage({type: 'token', token})",
+                  api.tokens["analyst"])
+    second.wait_for_selector("#shell:not([hidden])")
+    assert second.text_content('[data-testid="role"]') == "analyst"
+    assert second.evaluate("sessionStorage.getItem('penumbra.token')") == api.tokens["analyst"]
+    second.close()
+
+
 def test_new_alarms_are_counted_in_the_title_and_on_the_alarms_tab_from_every_view(tab, api, store, keys,
                                                                                     join_query):
     query_id, _, _ = join_query
