@@ -32,6 +32,11 @@ def wait_until(page, expression: str, timeout: float = WAIT_MS / 1000):
         time.sleep(0.1)
 
 
+def failed(request) -> bool:
+    """Whether the test's set-up or body failed (tests/conftest.py), asked in a fixture's teardown."""
+    return getattr(request.node, "failed", False)
+
+
 class Tab:
     """A page with what it logged: console errors, uncaught exceptions, foreign requests."""
 

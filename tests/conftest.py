@@ -5,6 +5,16 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """``item.failed`` once a phase of the test failed (its set-up or its body), for fixtures
+    that leave something behind only for a failure (tests/browser.py's ``failed``)."""
+    report = yield
+    if report.failed:
+        item.failed = True
+    return report
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     """The session's one ``penumbra up --demo`` (tests/demo.py), ready; everything it

@@ -12,7 +12,8 @@ page shows, and its simulators posting events through the API.
   partners the job reported, each at its probability.
 
 Every page fails its test on a console error, an uncaught exception or a request to
-another origin, and leaves a screenshot of what it shows under var/test-artifacts/e2e/ (of
+another origin, and when its test fails leaves a screenshot of what it shows under
+var/test-artifacts/e2e/ (of
 the window: the live demo's pages grow long, and a whole page took 8-11 s to capture).
 """
 
@@ -25,7 +26,7 @@ import re
 import pytest
 
 from penumbra.events import parse_event, parse_streams
-from tests.browser import Tab, WAIT_MS, sync_api, wait_until
+from tests.browser import Tab, WAIT_MS, failed, sync_api, wait_until
 from tests.demo import ALARM_TIMEOUT, KEYS, matches_of, wait
 from tests.oracle import p_geq_float
 from tests.system.conftest import ROOT, bearer, http
@@ -39,7 +40,8 @@ LIVE_MS = WAIT_MS * 4
 
 @pytest.fixture
 def open_tab(browser, demo, request):
-    """``open_tab()``: a fresh page on the demo's dashboard; checked clean and screenshot at the end."""
+    """``open_tab()``: a fresh page on the demo's dashboard; checked clean at the end (and
+    screenshot when the test failed)."""
     opened: list[tuple] = []
 
     def make() -> Tab:
@@ -52,10 +54,11 @@ def open_tab(browser, demo, request):
     yield make
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for n, (context, tab) in enumerate(opened):
-        try:
-            tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{n}.png"))
-        except sync_api.Error:
-            pass
+        if failed(request):
+            try:
+                tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{n}.png"))
+            except sync_api.Error:
+                pass
         context.close()
     for _, tab in opened:
         tab.assert_clean()

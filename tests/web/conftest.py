@@ -1,8 +1,8 @@
 """Fixtures of the dashboard tests: one real redis-server and one ``python -m backend`` on a
 free loopback port per session (stopped by their process ids), one Debian Chromium driven
 by Playwright per session, and a fresh browser context per test that records console
-errors, uncaught exceptions and any request to another origin, and leaves a screenshot
-under var/test-artifacts/web/.
+errors, uncaught exceptions and any request to another origin, and when its test fails
+leaves a screenshot under var/test-artifacts/web/.
 
 Results are written into Redis in the job's shape (as tests/service does), so no Spark
 job runs.
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from penumbra.cli.processes import ApiServer
-from tests.browser import CHROMIUM, Tab, WAIT_MS, sync_api
+from tests.browser import CHROMIUM, Tab, WAIT_MS, failed, sync_api
 from tests.service.conftest import (ADMIN_TOKEN, keys, redis_server, store, unique,  # noqa: F401 - fixtures reused
                                     write_batch)
 
@@ -72,10 +72,11 @@ def tab(browser, base_url, request):
         yield opened
     finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        try:
-            page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
-        except sync_api.Error:
-            pass
+        if failed(request):
+            try:
+                page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+            except sync_api.Error:
+                pass
         context.close()
     opened.assert_clean()
 

@@ -4,7 +4,7 @@ error at its line and column, the tuner's preview and applying it, every view wi
 console errors and without horizontal scroll at 390 pixels.
 
 Every test (through the ``tab`` fixture) fails on a console error, an uncaught exception
-or a request to any origin but the app's, and leaves a screenshot in var/test-artifacts/web/.
+or a request to any origin but the app's, and when it fails leaves a screenshot in var/test-artifacts/web/.
 """
 
 from __future__ import annotations
