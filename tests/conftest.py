@@ -15,13 +15,36 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+#: what stops once a test is torn down (by node id): session fixtures no later test uses
+_after: dict[str, list] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        for stop in _after.pop(item.nodeid, ()):
+            stop()
+
+
+def stop_after_last_user(request, stop) -> None:
+    """``stop()`` runs once the session's last test using this fixture is torn down (the
+    tests after it do not share the machine with what it runs), also when that test fails."""
+    users = [item for item in request.session.items if request.fixturename in getattr(item, "fixturenames", ())]
+    if users:
+        _after.setdefault(users[-1].nodeid, []).append(stop)
+
+
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory):
+def demo(request, tmp_path_factory):
     """The session's one ``penumbra up --demo`` (tests/demo.py), ready; everything it
-    started is stopped by pid at the end of the session, also after a failure."""
+    started is stopped by pid after the last test that uses it, or at the end of the
+    session, also after a failure."""
     from tests.demo import launch
 
     running = launch(tmp_path_factory.mktemp("demo-home"))
+    stop_after_last_user(request, running.up.kill_everything)
     try:
         yield running.ready()
     finally:
