@@ -16,7 +16,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 #: Playwright's waits, milliseconds (a shared two-core machine is slow at times).
-WAIT_MS = 15_000
+WAIT_MS = 30_000
 
 
 def wait_until(page, expression: str, timeout: float = WAIT_MS / 1000):
