@@ -13,8 +13,8 @@ page shows, and its simulators posting events through the API.
 
 Every page fails its test on a console error, an uncaught exception or a request to
 another origin, and when its test fails leaves a screenshot of what it shows under
-var/test-artifacts/e2e/ (of
-the window: the live demo's pages grow long, and a whole page took 8-11 s to capture).
+var/test-artifacts/e2e/ (of the window: the live demo's pages grow long, and a whole page
+took 8-11 s to capture).
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def open_tab(browser, demo, request):
         return tab
 
     yield make
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for n, (context, tab) in enumerate(opened):
         if failed(request):
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
             try:
                 tab.page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-{n}.png"))
             except sync_api.Error:
@@ -92,6 +92,10 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
     # the match's row names its region; its instance's card is new
     assert "region" in text
     instance = newest["alarm"]
+    # the query keeps an instance per sector, hundreds of them, and a query's first 50 cards
+    # show: the key filter keeps this instance's card among them, whatever its place
+    key = " · ".join(f"{name} {value}" for name, value in newest["key"].items())
+    page.fill("#f-key", key)
     card = page.locator(f'.group[data-alarm="{instance}"]')
     try:
         card.locator('[data-testid="state"]', has_text="New").wait_for()
@@ -105,10 +109,12 @@ def test_an_alarm_found_by_the_job_appears_live_is_acknowledged_and_kept(demo, o
         assert (stored["state"], stored["by"]) == ("acknowledged", "demo")
     page.reload()
     page.wait_for_selector('#connection[data-state="live"]')
+    page.fill("#f-key", key)
     page.locator(f'.group[data-alarm="{instance}"] [data-testid="state"]', has_text="Acknowledged").wait_for()
     # a viewer watches the same alarm, with no control that changes anything
     watching = open_tab()
     watching.sign_in(viewer, "alarms")
+    watching.page.fill("#f-key", key)
     group = watching.page.locator(f'.group[data-alarm="{instance}"]')
     group.locator('[data-testid="state"]', has_text="Acknowledged").wait_for()
     for act in ("acknowledge", "silence", "resolve"):

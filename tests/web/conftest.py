@@ -71,8 +71,8 @@ def tab(browser, base_url, request):
     try:
         yield opened
     finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         if failed(request):
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
             try:
                 page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
             except sync_api.Error:

@@ -354,6 +354,31 @@ def test_a_new_tab_takes_a_late_answer_from_another_tab(tab, api):
     second.close()
 
 
+def test_a_link_to_a_querys_alarms_filters_them_though_the_registry_comes_after_the_view(tab, api, store, keys,
+                                                                                     join_query):
+    """Signing in straight onto ``#/alarms?query=...``: the view opens before the registry is
+    read, and the filter takes the query once it is known (cards and feed), and lets go of
+    it once someone picks another."""
+    query_id, _, _ = join_query
+    other = unique("other-")
+    assert api.post("/queries", json={"text": "SELECT * FROM " + join_query[1] + " A, " + join_query[2]
+                                      + " B WHERE WINDOW(A, B) = 1000 WITH THRESHOLD 0.5", "id": other},
+                    headers=api.as_("analyst")).status_code == 201
+    write_batch(store, keys, 1, {query_id: [{"events": {"A": "q1", "B": "q2"}, "prob": 0.8}],
+                                 other: [{"events": {"A": "o1", "B": "o2"}, "prob": 0.9}]})
+    page = tab.page
+    tab.sign_in(api.tokens["analyst"], f"alarms?query={query_id}")
+    wait_until(page, f"document.querySelector('#f-query').value === {json.dumps(query_id)}")
+    page.locator(f'details.query-group[data-query="{query_id}"]').wait_for()
+    page.locator(f'#feed li[data-query="{query_id}"]').first.wait_for()
+    assert page.locator(f'details.query-group[data-query="{other}"]').count() == 0
+    assert page.locator(f'#feed li[data-query="{other}"]').count() == 0
+    page.select_option("#f-query", "")
+    page.locator(f'details.query-group[data-query="{other}"]').wait_for()
+    page.locator(f'#feed li[data-query="{other}"]').first.wait_for()
+    assert page.eval_on_selector("#f-query", "(s) => s.value") == ""   # the link's query is let go
+
+
 def test_new_alarms_are_counted_in_the_title_and_on_the_alarms_tab_from_every_view(tab, api, store, keys,
                                                                                     join_query):
     query_id, _, _ = join_query

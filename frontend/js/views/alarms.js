@@ -279,12 +279,21 @@ export default {
         : "Notifications are not allowed in this browser");
     });
 
+    // the page's ?query= waits for its query to be known (the registry may still be on its
+    // way when the view opens), unless someone picks a query first
+    let wanted = params.get("query") ?? "";
     function fillQueryFilter() {
-      const chosen = fQuery.value;
+      const chosen = fQuery.value || wanted;
       const ids = [...new Set([...store.queries.keys(), ...[...store.alarms.values()].map((a) => a.query)])].sort();
       fQuery.innerHTML = `<option value="">All queries</option>` + ids.map((id) =>
         `<option value="${esc(id)}">${esc(store.queries.get(id)?.name ?? id)}</option>`).join("");
       fQuery.value = ids.includes(chosen) ? chosen : "";
+      if (wanted && fQuery.value === wanted) {
+        wanted = "";
+        limit = PAGE;
+        renderGroups();
+        renderFeed();
+      }
     }
 
     function card(alarm) {
@@ -490,7 +499,7 @@ export default {
         notify(`Verdict not given: ${error.message}`, { bad: true });
       }
     });
-    main.querySelector("#alarm-filters").addEventListener("input", () => { limit = PAGE; renderGroups(); renderFeed(); });
+    main.querySelector("#alarm-filters").addEventListener("input", () => { wanted = ""; limit = PAGE; renderGroups(); renderFeed(); });
     main.querySelector("#alarm-filters").addEventListener("submit", (event) => event.preventDefault());
     more.addEventListener("click", () => { limit += PAGE; renderFeed(); });
 
@@ -508,7 +517,6 @@ export default {
     bus.addEventListener("queries", onQueries);
     applyRole(main);
     fillQueryFilter();
-    if (params.get("query")) fQuery.value = params.get("query");
     renderGroups();
     renderFeed();
     const tick = setInterval(() => { refreshAlarms().catch(() => {}); loadPanel(); }, 30000); // silences that run out, others' actions
