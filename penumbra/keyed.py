@@ -62,8 +62,8 @@ def step(query, streams: Streams, key_group: KeyGroup, state: GroupState | None,
 
     ``events`` are the group's share of the batch in arrival order, ``clock`` the
     batch's merged clock, ``threshold`` the one registered now (None: the query's own),
-    ``end`` the end of input (flush). For a join, ``prior`` gives each event the clock of
-    the batch's events before it in every group (:meth:`~penumbra.joins.JoinOperator.clocks_before`
+    ``end`` the end of input (flush). ``prior`` gives each event the clock of
+    the batch's events before it in every group (:meth:`~penumbra.operator.Operator.clocks_before`
     over the batch, a partition's share merged with the clocks of the partitions before
     it): the group then judges each event late exactly as one operator fed the whole
     batch would. Returns the group's result, or None when the group had nothing to do
@@ -85,7 +85,7 @@ def step(query, streams: Streams, key_group: KeyGroup, state: GroupState | None,
             operator.set_threshold(threshold)
         except ValidationError as error:
             refused = str(error)
-    result.extend(operator.feed(events) if prior is None else operator.feed(events, prior))
+    result.extend(operator.feed(events, prior))
     result.extend(operator.advance(clock))
     if end:
         result.extend(operator.flush())

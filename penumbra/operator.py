@@ -27,10 +27,11 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from . import state
 from .errors import ValidationError
 from .events import Event
 from .events.columns import EventColumns
@@ -123,15 +124,39 @@ class BlockResult:
 
 
 class Operator(abc.ABC):
-    """A stateful streaming operator for one registered query."""
+    """A stateful streaming operator for one registered query.
+
+    Its state is saved as its declared fields (:data:`STATE_FIELDS`, version
+    :data:`STATE_VERSION`) in the one format of :mod:`penumbra.state`: an operator says
+    what its fields are (:meth:`state_fields`) and how to continue from them
+    (:meth:`from_state`); :meth:`snapshot` and :meth:`restore` are the same for all."""
+
+    #: the query form this operator evaluates (``join``, ``pattern`` or ``sequence``)
+    kind: ClassVar[str]
+    #: the version of the fields a snapshot holds, and their names
+    STATE_VERSION: ClassVar[int]
+    STATE_FIELDS: ClassVar[tuple[str, ...]]
+    #: version -> the migration of that version's fields to the next one's (0: a state
+    #: written before the versioned format; see :mod:`penumbra.state`)
+    STATE_MIGRATIONS: ClassVar[Mapping[int, state.Migration]] = {}
 
     #: The key group this operator hosts: it keeps the state of the keys the group owns
     #: and ignores the rest. None: every key.
     key_group: KeyGroup | None = None
+    #: The confidence threshold a result must reach (None: a pattern query without
+    #: ``WITH CONFIDENCE`` reports every match).
+    threshold: float | None
+    #: The lowest threshold the operator accepts (:meth:`set_threshold`): a join keeps
+    #: the buffers and tables this floor needs, so a threshold moved down to it loses
+    #: nothing; 0 for operators that accept any threshold in (0, 1].
+    floor: float = 0.0
 
     @abc.abstractmethod
-    def feed(self, events: Sequence[Event]) -> BlockResult:
-        """Process one block of events (any order within the block)."""
+    def feed(self, events: Sequence[Event], prior: np.ndarray | None = None) -> BlockResult:
+        """Process one block of events (any order within the block). ``prior`` gives
+        each event the clock of the events before it that other key groups saw in the
+        same micro-batch (:meth:`clocks_before`), so a key group judges lateness as one
+        operator fed the whole micro-batch would; None: the block is the whole batch."""
 
     def flush(self) -> BlockResult:
         """End of input: emit every match still waiting for more input. Default: nothing waits."""
@@ -145,14 +170,25 @@ class Operator(abc.ABC):
     def evict(self, watermark: float) -> int:
         """Drop state no event at or after ``watermark`` can match; returns how many events went."""
 
-    @abc.abstractmethod
     def snapshot(self) -> bytes:
-        """The operator's whole state, compactly."""
+        """The operator's whole state, compactly (:mod:`penumbra.state`)."""
+        return state.dump(self.kind, self.STATE_VERSION, self.state_fields())
+
+    @classmethod
+    def restore(cls, data: bytes) -> Operator:
+        """An operator that continues exactly where the snapshot was taken; a snapshot
+        of an older version is migrated, one this Penumbra cannot continue from raises
+        :class:`~penumbra.state.StateError` (trusted bytes only: the fields are pickled)."""
+        return cls.from_state(state.load(data, cls.kind, cls.STATE_VERSION, cls.STATE_FIELDS, cls.STATE_MIGRATIONS))
+
+    @abc.abstractmethod
+    def state_fields(self) -> dict[str, Any]:
+        """The operator's state as its :data:`STATE_FIELDS`, by name."""
 
     @classmethod
     @abc.abstractmethod
-    def restore(cls, data: bytes) -> Operator:
-        """An operator that continues exactly where the snapshot was taken."""
+    def from_state(cls, fields: dict[str, Any]) -> Operator:
+        """The operator whose :meth:`state_fields` were ``fields``."""
 
     @property
     @abc.abstractmethod
@@ -172,6 +208,12 @@ class Operator(abc.ABC):
         time, so a host may keep it from the operator as long as the clock still counts it
         (:meth:`clock_of`, which takes a block's columns too)."""
         return np.ones(len(events), dtype=bool)
+
+    def clocks_before(self, events: Sequence[Event] | EventColumns) -> np.ndarray | None:
+        """For each event of a block, the part of the clock the events before it give,
+        when the operator judges an event late by the events before it in its block (a
+        join; see :meth:`feed`'s ``prior``); None when it judges a block as a whole."""
+        return None
 
     @abc.abstractmethod
     def clock_of(self, events: Sequence[Event] | EventColumns) -> Clock:

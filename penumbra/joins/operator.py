@@ -16,7 +16,6 @@ bound otherwise), so moving the threshold anywhere down to the floor loses no ma
 from __future__ import annotations
 
 import math
-import pickle
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterator, Mapping, Sequence
@@ -29,6 +28,7 @@ from ..events.columns import EventColumns
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..query import JoinQuery
 from ..query.block import block_filter
+from ..state import StateError, unpickle
 from ..timestamps import Histogram
 from .inspection import (
     BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection, row_event,
@@ -301,8 +301,23 @@ class _Side:
         self.templates = [self.params.templates[name] for name in self.template_names]
 
 
+def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
+    """A join's state from before the versioned format: the same fields, pickled alone."""
+    saved = unpickle(fields["snapshot"])
+    if "held" not in saved:
+        raise StateError("join operator state with a buffer per key (from before the shared buffers of every "
+                         "key): not migrated; start the query's state afresh (a new checkpoint)")
+    return saved
+
+
 class JoinOperator(Strategies, LookupTable, Inspection, Operator):
     """``P(|X_A - X_B| <= d) >= delta`` over two streams; see the module docstring."""
+
+    kind = "join"
+    STATE_VERSION = 1
+    STATE_FIELDS = ("query", "streams", "floor", "threshold", "watermark", "totals", "lookup", "shape_ids",
+                    "key_group", "held")
+    STATE_MIGRATIONS = {0: _unversioned}
 
     def __init__(self, query: JoinQuery, streams: Streams, *, floor: float = DEFAULT_FLOOR):
         self.query = query
@@ -683,31 +698,20 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
 
     # --- state -----------------------------------------------------------------------------
 
-    def snapshot(self) -> bytes:
-        state = {
-            "query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
-            "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
-            "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
-            "held": self.held.state(),
-        }
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    def state_fields(self) -> dict[str, Any]:
+        return {"query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
+                "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
+                "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
+                "held": self.held.state()}
 
     @classmethod
-    def restore(cls, data: bytes) -> JoinOperator:
-        from ..timestamps import HistogramBlock
-
-        state = pickle.loads(data)
-        op = cls(state["query"], parse_streams(state["streams"]), floor=state["floor"])
-        op.set_threshold(state["threshold"])
-        op.watermark = state["watermark"]
-        op.totals = state["totals"]
-        op.key_group = state["key_group"]
-        op.lookup = state["lookup"]
-        op.shape_ids = state["shape_ids"]
-        if "held" in state:
-            op.held = Held.from_state(state["held"])
-        else:   # a state written with a buffer per key (rows without attributes have six columns)
-            op.held = Held.from_buffers({key: [Rows(hi, lo, HistogramBlock(edges, probs), template, ids, *attrs)
-                                               for hi, lo, edges, probs, template, ids, *attrs in rows]
-                                         for key, rows in state["buffers"].items()})
+    def from_state(cls, fields: dict[str, Any]) -> JoinOperator:
+        op = cls(fields["query"], parse_streams(fields["streams"]), floor=fields["floor"])
+        op.set_threshold(fields["threshold"])
+        op.watermark = fields["watermark"]
+        op.totals = fields["totals"]
+        op.key_group = fields["key_group"]
+        op.lookup = fields["lookup"]
+        op.shape_ids = fields["shape_ids"]
+        op.held = Held.from_state(fields["held"])
         return op

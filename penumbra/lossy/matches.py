@@ -35,7 +35,7 @@ from ..probability import meets
 from ..query.ast import evaluate
 from .plan import ClausePlan, Literal, NegativeCheck
 from .queues import NO_KEY
-from .worlds import _IDENTITY, TooManyWorlds
+from .worlds import TooManyWorlds, same_events
 
 __all__ = ["MatchGeneration"]
 
@@ -357,9 +357,7 @@ def _arrivals(last: int, t: np.ndarray, key: np.ndarray, events: np.ndarray, wid
     if not wide.any():
         return _Paths((last,), t, key, np.ones(len(t)), {last: t}, {last: events}, literals, np.zeros(len(t), bool))
     spread = np.flatnonzero(wide)
-    _, first, which = np.unique(_IDENTITY(events[spread]).astype(np.int64), return_index=True,
-                                return_inverse=True)
-    which = which.ravel()
+    first, which = same_events(events[spread])
     earliest = np.full(len(first), np.iinfo(np.int64).max)
     latest = np.full(len(first), np.iinfo(np.int64).min)
     np.minimum.at(earliest, which, t[spread])
@@ -377,9 +375,7 @@ def _collapse(rows: np.ndarray, entries: np.ndarray, t_a: np.ndarray, score: np.
     """The extensions that are vague taken once per (path, event): the latest instant, the
     best score; the others as they are."""
     spread = np.flatnonzero(vague)
-    pairs = np.column_stack([rows[spread], _IDENTITY(event[entries[spread]]).astype(np.int64)])
-    _, first, which = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
-    which = which.ravel()
+    first, which = same_events(rows[spread].astype(np.int64), event[entries[spread]])
     latest = np.full(len(first), np.iinfo(np.int64).min)
     best = np.zeros(len(first))
     np.maximum.at(latest, which, t_a[spread])

@@ -43,13 +43,10 @@ to the grid: an event before it arrived beyond the max delay), is reported as
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
-import pickle
 from bisect import bisect_right
 from operator import attrgetter
-from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -62,6 +59,7 @@ from ..probability import meets
 from ..query.ast import evaluate
 from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
+from ..state import unpickle
 from ..timestamps import Interval
 from .model import GapHistogram, RunComponent, gap_pmf, run_score
 from .matches import MatchGeneration
@@ -96,17 +94,17 @@ _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs",
           "next_code", "live_codes", "key_group", "held_parts", "vague", "vague_seen", "worlds")
 
 
-class _StatePickler(pickle.Pickler):
-    """Pickles events' read-only attribute mappings as plain dicts."""
-
-    def reducer_override(self, obj):
-        if isinstance(obj, MappingProxyType):
-            return _read_only, (dict(obj),)
-        return NotImplemented
+#: What a state holds besides :data:`_STATE`: the configuration the scoring tables are
+#: computed from again on restore.
+_CONFIG = ("query", "miss_probs", "max_delay", "fixed_gaps", "learn")
 
 
-def _read_only(attrs: dict) -> MappingProxyType:
-    return MappingProxyType(attrs)
+def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
+    """A lossy query's state from before the versioned format: its configuration and state, pickled."""
+    config, state = unpickle(fields["snapshot"])
+    if len(state.get("held_parts", ())) != len(state["held_times"]):   # a state from before imprecise times
+        state["held_parts"] = [0] * len(state["held_times"])
+    return {**dict(zip(_CONFIG, config)), **state}
 
 
 class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
@@ -137,6 +135,11 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
     >>> [m.to_json() for m in op.feed([ev("A", "a1", 1), ev("C", "c1", 5)]).matches]
     [{'events': {'x': 'a1', 'z': 'c1'}, 'prob': 1.0}]
     """
+
+    kind = "sequence"
+    STATE_VERSION = 1
+    STATE_FIELDS = _CONFIG + _STATE
+    STATE_MIGRATIONS = {0: _unversioned}
 
     def __init__(self, query: SequenceQuery, streams: Streams | Mapping, gaps: Mapping[str, np.ndarray] | None = None,
                  *, learn: bool = True):
@@ -290,7 +293,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
                 "naq_entries": sum(len(q) for qs in self.naqs.values() for q in qs),
                 "pending": len(self.pending) + len(self.worlds), "held": len(self.held_times)}
 
-    def feed(self, events: Sequence[Event]) -> BlockResult:
+    def feed(self, events: Sequence[Event], prior: np.ndarray | None = None) -> BlockResult:
         out = BlockResult()
         self._admit(events, out)
         self._move_on(out)
@@ -377,24 +380,16 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
                   default=math.inf)
         return {"seen": due + self.max_delay - 0.5} if due < math.inf else {}
 
-    def snapshot(self) -> bytes:
-        """Configuration and state (queues, waiting matches, learned densities) as bytes;
-        the scoring tables are recomputed on restore."""
-        config = (self.query, self.miss_probs, self.max_delay, self.fixed_gaps, self.learn)
-        state = {name: getattr(self, name) for name in _STATE}
-        buffer = io.BytesIO()
-        _StatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((config, state))
-        return buffer.getvalue()
+    def state_fields(self) -> dict[str, Any]:
+        """Configuration and state (queues, waiting matches, learned densities); the
+        scoring tables are computed again on restore."""
+        return {name: getattr(self, name) for name in self.STATE_FIELDS}
 
     @classmethod
-    def restore(cls, data: bytes) -> LossyOperator:
-        """The operator a :meth:`snapshot` was taken from (trusted bytes only: pickle)."""
-        config, state = pickle.loads(data)
+    def from_state(cls, fields: dict[str, Any]) -> LossyOperator:
         operator = cls.__new__(cls)
-        operator._setup(*config)
-        operator.__dict__.update(state)
-        if len(operator.held_parts) != len(operator.held_times):       # a state from before imprecise times
-            operator.held_parts = [0] * len(operator.held_times)
+        operator._setup(*(fields[name] for name in _CONFIG))
+        operator.__dict__.update({name: fields[name] for name in _STATE})
         operator.worlds_due = {item[4] for item in operator.worlds}
         operator._refresh_tables()
         return operator

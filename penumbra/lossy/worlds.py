@@ -79,6 +79,19 @@ def reading(ts: Interval) -> tuple[np.ndarray, np.ndarray]:
 _IDENTITY = np.frompyfunc(id, 1, 1)
 
 
+def same_events(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows whose objects (one per column) are the same: the first row of each group
+    and each row's group, groups numbered in the order they first appear (not by the
+    objects' addresses, which a restored operator does not share: it must go the same way)."""
+    identities = np.column_stack([_IDENTITY(column).astype(np.int64) if column.dtype == object else column
+                                  for column in columns])
+    _, first, which = np.unique(identities, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    group = np.empty_like(order)
+    group[order] = np.arange(len(order))
+    return first[order], group[which.ravel()]
+
+
 def certain(event: Event) -> bool:
     return event.ts.lo == event.ts.hi
 
@@ -171,8 +184,7 @@ class PossibleWorlds:
         states = paths.states
         # the paths of one match (every combination of its instants) decided once: rows of
         # the same events, found by the events' identities
-        identities = np.column_stack([_IDENTITY(paths.events[s]).astype(np.int64) for s in states])
-        _, first, which = np.unique(identities, axis=0, return_index=True, return_inverse=True)
+        first, which = same_events(*(paths.events[s] for s in states))
         keep = np.ones(len(first), bool)
         trailing = set(self.trailing_negatives)
         for u, n in enumerate(first.tolist()):
@@ -185,7 +197,7 @@ class PossibleWorlds:
                     continue
             keep[u] = False
             self._schedule(events, int(paths.key[n]))
-        return paths.take(keep[which.ravel()])
+        return paths.take(keep[which])
 
     def _trailing_vague(self, key: int, path: dict[int, tuple[int, Event]], deadline: int) -> bool:
         t_last = path[max(path)][0]

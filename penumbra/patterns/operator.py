@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import pickle
 import zlib
 from typing import Any, Sequence
 
@@ -34,6 +33,7 @@ from ..timestamps import Interval
 from ..operator import BlockResult, Late, Match, Operator, check_threshold
 from ..probability import meets
 from ..query.pattern import PatternQuery
+from ..state import unpickle
 from .any_state import AnyStateEngine, SelectivityEngine
 from .confidence import chain_confidence, point_confidence
 from .engine import Engine
@@ -68,8 +68,19 @@ class Partition:
         self.engine, self.pending = state
 
 
+def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
+    """A pattern's state from before the versioned format: its attributes, pickled and compressed."""
+    return unpickle(zlib.decompress(fields["snapshot"]))
+
+
 class PatternOperator(Operator):
     """Evaluates one pattern query with the method it names (``USING``)."""
+
+    kind = "pattern"
+    STATE_VERSION = 1
+    STATE_FIELDS = ("query", "pattern", "unit", "declared_span", "delay", "streams", "threshold", "now_lower", "span",
+                    "heartbeat", "horizon", "partitions", "queued", "counts", "key_group")
+    STATE_MIGRATIONS = {0: _unversioned}
 
     def __init__(self, query: PatternQuery, streams: Streams | None = None):
         self.query = query
@@ -93,7 +104,7 @@ class PatternOperator(Operator):
 
     # --- the Operator interface ------------------------------------------------------
 
-    def feed(self, events: Sequence[Event]) -> BlockResult:
+    def feed(self, events: Sequence[Event], prior: np.ndarray | None = None) -> BlockResult:
         result = BlockResult()
         accepted: list[Event] = []
         read: list[Interval] = []
@@ -203,13 +214,13 @@ class PatternOperator(Operator):
         reach = earliest + self.span + self.delay
         return {"lower": reach - 1e-9 * max(1.0, abs(reach)) - 0.5}
 
-    def snapshot(self) -> bytes:
-        return zlib.compress(pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL))
+    def state_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.STATE_FIELDS}
 
     @classmethod
-    def restore(cls, data: bytes) -> PatternOperator:
+    def from_state(cls, fields: dict[str, Any]) -> PatternOperator:
         operator = cls.__new__(cls)
-        operator.__dict__.update(pickle.loads(zlib.decompress(data)))
+        operator.__dict__.update(fields)
         return operator
 
     @property
