@@ -1,5 +1,6 @@
 // Numbers and times for people: clock times (with the date when not today),
-// probabilities as percentages with a word, counts grouped.
+// probabilities as percentages with a word, counts grouped; as text, or as small pieces
+// of HTML (a clock time with its full date on hover, a probability with its bar).
 
 const COUNT = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 const DECIMAL = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
@@ -48,6 +49,14 @@ export function likelihood(p) {
   return { word: "unlikely", cls: "p-min" };
 }
 
+/** A probability as HTML: the percentage, a bar and the word. */
+export function probCell(p) {
+  const { word, cls } = likelihood(p);
+  return `<span class="prob ${cls}" title="probability ${percent(p, 2)} (${word})">
+    <span class="pct">${percent(p)}</span><span class="bar" aria-hidden="true"><span style="width:${Math.max(2, p * 100)}%"></span></span>
+    <span class="label">${word}</span></span>`;
+}
+
 /** Seconds since the epoch as a clock time, with the date when it is not today. */
 export function clock(seconds) {
   if (seconds === null || seconds === undefined) return "—";
@@ -59,6 +68,14 @@ export function clock(seconds) {
 /** The full date and time (for a title attribute). */
 export function fullTime(seconds) {
   return seconds === null || seconds === undefined ? "" : new Date(seconds * 1000).toLocaleString();
+}
+
+/** A clock time as HTML, the full date and time on hover; ``withAgo`` adds how long ago it
+ *  was, ``cls`` a class. */
+export function clockSpan(seconds, { withAgo = false, cls = "" } = {}) {
+  const known = seconds !== null && seconds !== undefined;
+  const text = known && withAgo ? `${clock(seconds)} (${ago(seconds)})` : clock(seconds);
+  return `<span${cls ? ` class="${cls}"` : ""} title="${esc(fullTime(seconds))}">${text}</span>`;
 }
 
 /** A result stream id's time ("1718000000000-3" -> seconds). */

@@ -79,6 +79,9 @@ function newer(a, b) {
 // the highest episode seen of each instance: an instance opens (again) when a later one comes
 const episodes = new Map();
 
+/** The priorities of alarms, most urgent first. */
+export const PRIORITIES = ["critical", "warning", "info"];
+
 export function setAlarm(alarm) {
   const seen = episodes.get(alarm.id);
   for (const meanwhile of inflight) meanwhile.set(alarm.id, alarm);
@@ -88,21 +91,6 @@ export function setAlarm(alarm) {
   emit("alarms");
 }
 
-/** A browser notification when a critical alarm opens while the tab is hidden (once the
- *  user allowed notifications: the Alarms view asks). */
-export function notifyOpened(alarm) {
-  if (alarm.priority !== "critical" || !document.hidden) return;
-  if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
-  const about = keyText(alarm.key);
-  const note = new Notification(`Critical alarm: ${alarm.name}${about ? ` (${about})` : ""}`, {
-    body: `${alarm.matches} ${alarm.matches === 1 ? "match" : "matches"}, latest ${Math.round(1000 * (alarm.last_prob ?? 0)) / 10} %`,
-    tag: alarm.id,
-  });
-  note.onclick = () => { window.focus(); location.hash = `#/alarms?query=${encodeURIComponent(alarm.query)}`; };
-}
-bus.addEventListener("opened", (event) => notifyOpened(event.detail));
-
-/** What an alarm instance is about, in words: "region 17", "region 17 · floor 2"; "" without key. */
 /** Fills a query picker with the registered queries, keeping its choice (or ``wanted``,
  *  e.g. the page's ?query=) when it is still registered. */
 export function fillQuerySelect(select, wanted) {
@@ -114,6 +102,7 @@ export function fillQuerySelect(select, wanted) {
   if (entries.some((e) => e.id === chosen)) select.value = chosen;
 }
 
+/** What an alarm instance is about, in words: "region 17", "region 17 · floor 2"; "" without key. */
 export function keyText(key) {
   if (!key) return "";
   return Object.entries(key).map(([name, value]) => `${name} ${value}`).join(" · ");

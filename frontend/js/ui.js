@@ -1,4 +1,5 @@
-// Small pieces the views share: notices, confirmation, hiding what the role may not use.
+// Small pieces the views share: notices, confirmation, hiding what the role may not use,
+// links from one view to another.
 
 import { session } from "./api.js";
 
@@ -35,3 +36,15 @@ export function applyRole(root = document) {
   }
 }
 
+// ---- links to other views
+
+/** The explanation view of one match. */
+export function explainLink(query, match) {
+  return `#/explain?query=${encodeURIComponent(query)}&match=${encodeURIComponent(match)}`;
+}
+
+/** The History view of a query, narrowed to one key ({region: 17} -> "region=17") when given. */
+export function historyLink(query, key) {
+  const keyParam = key ? Object.entries(key).map(([name, value]) => `${name}=${value}`).join(", ") : "";
+  return `#/history?query=${encodeURIComponent(query)}${keyParam ? `&key=${encodeURIComponent(keyParam)}` : ""}`;
+}

@@ -5,7 +5,7 @@
 // `penumbra up` restarted, when and why.
 
 import { get, q } from "../api.js";
-import { ago, clock, count, duration, esc, fullTime, number } from "../format.js";
+import { ago, clock, clockSpan, count, duration, esc, fullTime, number } from "../format.js";
 import { draw, epochMs, palette, purge } from "../charts.js";
 import { bus, fillQuerySelect, store } from "../store.js";
 
@@ -129,7 +129,7 @@ export default {
         : `<table class="responsive"><thead><tr><th scope="col">When</th><th scope="col">Part</th>
         <th scope="col">Cause</th><th scope="col">Had run</th><th scope="col">Started again after</th></tr></thead>
         <tbody>${restarts.map((r) => `<tr data-restart="${esc(r.id)}">
-          <td data-label="When" class="num"><span title="${esc(fullTime(r.at))}">${clock(r.at)} (${ago(r.at)})</span></td>
+          <td data-label="When" class="num">${clockSpan(r.at, { withAgo: true })}</td>
           <td data-label="Part">${esc(PART_NAMES[r.part] ?? r.part)}${r.pid ? ` <span class="muted small">pid ${r.pid}</span>` : ""}</td>
           <td data-label="Cause">${esc(r.cause)}${r.failures > 1 ? ` <span class="muted small">(${r.failures} failures in a row)</span>` : ""}</td>
           <td data-label="Had run" class="num">${duration(r.uptime)}</td>

@@ -5,10 +5,10 @@
 // demand, and the period's matches as CSV or Parquet.
 
 import { ApiError, get, q, session } from "../api.js";
-import { clock, count, esc, fullTime, likelihood, percent } from "../format.js";
+import { clock, count, esc, likelihood, percent } from "../format.js";
 import { draw, palette, purge } from "../charts.js";
 import { bus, fillQuerySelect, keyText, store } from "../store.js";
-import { explainLink } from "./alarms.js";
+import { explainLink } from "../ui.js";
 
 const PRESETS = { "1h": 3_600_000, "24h": 86_400_000, "7d": 7 * 86_400_000 };
 const PAGE = 100;

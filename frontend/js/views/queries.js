@@ -3,7 +3,7 @@
 // the streams known to the system; the registry's list with pause / resume / delete.
 
 import { del, get, patch, post, q, session } from "../api.js";
-import { ago, clock, count, duration, esc, fullTime, number, percent } from "../format.js";
+import { clock, clockSpan, count, duration, esc, number, percent } from "../format.js";
 import { bus, refreshQueries, store } from "../store.js";
 import { applyRole, confirmAction, notify } from "../ui.js";
 
@@ -325,7 +325,7 @@ export default {
             <td data-label="Status">${statusCell(e)}</td>
             <td data-label="Threshold" class="num">${percent(e.threshold)}</td>
             <td data-label="Match rate" class="num">${rateCell(rate)}</td>
-            <td data-label="Last match" class="num"><span title="${esc(fullTime(last))}">${last ? `${clock(last)} (${ago(last)})` : "—"}</span></td>
+            <td data-label="Last match" class="num">${clockSpan(last, { withAgo: true })}</td>
             <td data-label="Actions"><div class="actions">
               ${e.failed
                 ? `<button type="button" data-role="analyst" data-act="retry" data-key="${esc(e.id)}:retry">Retry</button>`

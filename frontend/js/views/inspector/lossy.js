@@ -3,7 +3,7 @@
 
 import { get, q } from "../../api.js";
 import { clock, esc, likelihood, percent } from "../../format.js";
-import { explainLink } from "../alarms.js";
+import { explainLink } from "../../ui.js";
 
 /** Shows the recent matches of lossy query `entry` in `panel`, one at a time. */
 export async function showSequence(panel, entry) {
