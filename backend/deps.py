@@ -18,12 +18,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from contract.history import History
 from contract.keys import Keys
 from contract.registry import Registry
+from contract.tokens import Principal, Role, TokenStore, token_id
 from penumbra.events import Streams, parse_streams
 
 from .config import Settings
 from .errors import ApiError
 from .limits import FailedAuthentications, RateLimiter
-from .security import Principal, Role, TokenStore, token_id
 
 __all__ = ["AdminDep", "AnalystDep", "QueryDep", "Service", "ServiceDep", "TokenDep", "ViewerDep"]
 

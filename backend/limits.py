@@ -16,9 +16,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.keys import Keys
+from contract.tokens import token_id
 
 from .errors import ApiError, error_response
-from .security import token_id
 
 __all__ = ["AccessLog", "BodySizeLimit", "FailedAuthentications", "RateLimiter", "WriteRateLimit", "bearer_token",
            "changing_request"]

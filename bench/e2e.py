@@ -69,7 +69,7 @@ class Up:
 
     @property
     def redis_password(self) -> str:
-        """The password of up's own Redis (``penumbra.cli.up.redis_password``)."""
+        """The password of up's own Redis (``penumbra.cli.supervisor.redis_password``)."""
         return (self.home / "var" / "redis" / "password").read_text().strip()
 
     @property

@@ -1,7 +1,7 @@
 """What every process of Penumbra shares: the Redis, the key prefix, the home folder.
 
 The job (``spark_jobs.settings.JobSettings``), the service (``backend.config.Settings``)
-and ``penumbra up`` (``penumbra.cli.up.UpSettings``) extend :class:`SharedSettings` with
+and ``penumbra up`` (``penumbra.cli.supervisor.UpSettings``) extend :class:`SharedSettings` with
 their own fields, all read from ``PENUMBRA_`` environment variables: a prefix set once
 moves the whole system.
 

@@ -12,15 +12,12 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..security import Principal
-from .cursor import ZERO, Cursor, encode
+from contract.tokens import Principal
 
-if TYPE_CHECKING:
-    from .hub import Hub
+from .cursor import ZERO, Cursor, encode
 
 __all__ = ["CLOSE_FORBIDDEN", "CLOSE_THROTTLED", "CLOSE_TOO_SLOW", "CLOSE_UNAUTHORIZED", "CLOSE_UNAVAILABLE", "KINDS",
            "Client", "Feed", "feed_name"]
@@ -68,7 +65,8 @@ class _Latest:
 class Client:
     """A websocket client: its feeds, its queue and its sender task."""
 
-    hub: Hub
+    #: the most matches and alarms its queue holds (``ws_queue``)
+    queue_limit: int
     websocket: WebSocket
     principal: Principal
     token: str
@@ -100,7 +98,7 @@ class Client:
                 self.pending.append(_Latest(name))
             self.latest[name] = text
         else:
-            if self.waiting >= self.hub.settings.ws_queue:
+            if self.waiting >= self.queue_limit:
                 self.close(CLOSE_TOO_SLOW, "too slow: reconnect and resume from your cursors")
                 return
             self.pending.append(text)
@@ -120,7 +118,7 @@ class Client:
 
     async def room(self) -> None:
         """Wait until the queue is at most half full (a catch-up goes at the client's pace)."""
-        while self.closing is None and self.waiting > self.hub.settings.ws_queue // 2:
+        while self.closing is None and self.waiting > self.queue_limit // 2:
             await self.drained.wait()
 
     async def run_sender(self) -> None:
@@ -137,7 +135,7 @@ class Client:
                 else:
                     text = item
                     self.waiting -= 1
-                    if self.waiting <= self.hub.settings.ws_queue // 4:
+                    if self.waiting <= self.queue_limit // 4:
                         self.drained.set()
                 await websocket.send_text(text)
             await websocket.close(*self.closing)

@@ -19,10 +19,10 @@ import redis.asyncio as aioredis
 from starlette.websockets import WebSocket
 
 from contract.entries import read_alarm_action
+from contract.tokens import Principal
 
 from ..deps import Service
 from ..records import PARTS, alarm_views, match_record, metrics_record, projection
-from ..security import Principal
 from .client import KINDS, Client, Feed, feed_name
 from .cursor import ZERO, Cursor, encode, entry_cursor, format_cursor
 
@@ -101,7 +101,7 @@ class Hub:
     # ---- clients
 
     def join(self, websocket: WebSocket, principal: Principal, token: str) -> Client:
-        client = Client(self, websocket, principal, token)
+        client = Client(self.settings.ws_queue, websocket, principal, token)
         client.sender = asyncio.create_task(client.run_sender(), name="live-sender")
         self.clients.add(client)
         return client

@@ -22,13 +22,13 @@ from contract.entries import encode, rejected_letter
 from contract.identity import CONFLICT_REASON, identified
 from contract.ingest import CONFLICT, DUPLICATE, note_sources
 from contract.ingest import ingest as append_once
+from contract.tokens import Principal
 from penumbra.errors import ValidationError
 from penumbra.events import admit_contents, collector_paused, loads_events
 
 from ..deps import AnalystDep, Service, ServiceDep
 from ..errors import ApiError
 from ..models import IngestOut
-from ..security import Principal
 from . import errors
 
 log = logging.getLogger("penumbra.api.events")

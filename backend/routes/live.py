@@ -18,10 +18,11 @@ import redis
 from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contract.tokens import Principal, Role
+
 from ..errors import ApiError, field_of
 from ..live import (CLOSE_FORBIDDEN, CLOSE_THROTTLED, CLOSE_UNAUTHORIZED, CLOSE_UNAVAILABLE, KINDS, Client, Cursor,
                     Hub, parse_cursor)
-from ..security import Principal, Role
 
 router = APIRouter(tags=["live"])
 

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from contract.tokens import Role
+
 from ..deps import AdminDep, ServiceDep, TokenDep
 from ..errors import ApiError
 from ..models import TokenCreated, TokenIn, TokenList, TokenOut
-from ..security import Role
 from . import errors
 
 router = APIRouter(tags=["tokens"])

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import sys
 
-from backend.security import Role, TokenStore
+from contract.tokens import Role, TokenStore
 
 from .feed import FeedError, api_call
 from .processes import Child
 from .scenarios import SCENARIOS
-from .up import Supervisor
+from .supervisor import Supervisor
 
 __all__ = ["DEMO_LABEL", "Demo"]
 

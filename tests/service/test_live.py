@@ -137,7 +137,7 @@ def test_a_role_below_the_live_feed_is_closed_with_4403(settings, tokens, monkey
 
     from backend import create_app
     from backend.routes import live
-    from backend.security import Role
+    from contract.tokens import Role
 
     monkeypatch.setattr(live, "LIVE_ROLE", Role.analyst)
     with TestClient(create_app(settings)) as test_client:

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from backend import Settings, create_app
-from backend.security import Role, TokenStore, token_id
 from contract import Keys
+from contract.tokens import Role, TokenStore, token_id
 from penumbra.cli.processes import RedisServer
 
 from .conftest import ADMIN_TOKEN, bearer

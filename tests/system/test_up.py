@@ -9,7 +9,7 @@ every key any of its processes wrote is under that prefix. kill -9 of the job un
 its restart by `up`, is in test_demo.py. Each step needs the ones before it and is
 skipped when one failed.
 
-The fast tests drive :class:`penumbra.cli.up.Supervisor` with small stand-in children: a
+The fast tests drive :class:`penumbra.cli.supervisor.Supervisor` with small stand-in children: a
 child that dies is restarted, one that keeps dying is given up on, a Redis named by
 ``PENUMBRA_REDIS_URL`` is used as it is, Ctrl-C stops the children and exits 0, the
 children do not outlive a killed supervisor, a busy port and a second supervisor on the
@@ -36,11 +36,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from backend.security import Role, TokenStore
 from contract import Keys
 from contract.entries import read_restart
+from contract.tokens import Role, TokenStore
 from penumbra.cli.processes import RedisServer, free_port
-from penumbra.cli.up import Supervisor, UpSettings
+from penumbra.cli.supervisor import Supervisor, UpSettings
 from penumbra.engine import compile_query
 from penumbra.events import StreamParams, Streams, parse_event
 from tests.system.conftest import ROOT, Up, UpRun, alive, bearer, http, processes_of, stand_in, up_environment
@@ -477,7 +477,7 @@ def test_once_up_a_child_that_keeps_dying_never_takes_the_rest_down(tmp_path, re
 SUPERVISE_A_SLEEPER = """
 import sys
 from pathlib import Path
-from penumbra.cli.up import Supervisor, UpSettings
+from penumbra.cli.supervisor import Supervisor, UpSettings
 from tests.system.conftest import stand_in
 home = Path(sys.argv[1])
 up = Supervisor(UpSettings(home=home, port=int(sys.argv[2]), redis_url=sys.argv[3]))

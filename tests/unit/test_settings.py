@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from backend.config import Settings
 from contract.settings import SharedSettings
-from penumbra.cli.up import Supervisor, UpSettings
+from penumbra.cli.supervisor import Supervisor, UpSettings
 from spark_jobs.job import Job
 from spark_jobs.settings import JobSettings
 

@@ -1,4 +1,5 @@
-"""Bearer tokens, stored hashed with a per-token salt, and the roles they carry.
+"""Bearer tokens, stored hashed with a per-token salt, and the roles they carry: the
+contract's ``pn:tokens``, which the API checks and ``penumbra up`` bootstraps.
 
 A token is any high-entropy string (generated ones are ``pn_`` + 32 random bytes in
 base64url). Redis never holds it in plain: the hash ``pn:tokens`` maps the token's
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import redis
 
-from contract.keys import Keys
+from .keys import Keys
 
 __all__ = ["Principal", "Role", "TokenStore", "new_token", "token_id"]
 
