@@ -1,11 +1,13 @@
-"""Fixtures of the dashboard tests: one real redis-server and one ``python -m backend`` on a
-free loopback port per session (stopped by their process ids), one Debian Chromium driven
-by Playwright per session, and a fresh browser context per test that records console
-errors, uncaught exceptions and any request to another origin, and when its test fails
-leaves a screenshot under var/test-artifacts/web/.
+"""Fixtures of the dashboard tests (a file per view, ``test_<view>.py``; the shell's sign-in
+and tabs in test_session.py, every view at two widths in test_views.py): one real
+redis-server and one ``python -m backend`` on a free loopback port per session (stopped by
+their process ids), one Debian Chromium driven by Playwright per session, and a fresh
+browser context per test that records console errors, uncaught exceptions and any request
+to another origin, fails its test on any of them, and when its test fails leaves a
+screenshot under var/test-artifacts/web/.
 
-Results are written into Redis in the job's shape (as tests/service does), so no Spark
-job runs.
+Results are written into Redis in the job's shape (as tests/service does, and
+``observation`` here for a join's per-batch observations), so no Spark job runs.
 """
 
 from __future__ import annotations
@@ -85,6 +87,18 @@ def tab(browser, base_url, request):
 
 
 SEISMIC = json.loads((ROOT / "examples" / "seismic" / "streams.json").read_text())
+
+
+def observation(threshold: float, near: list[float], buffers: dict, watermark: float) -> dict:
+    """A join's per-batch observations as the job writes them (combined over key groups)."""
+    # buffer_bounds: per side in the query's order, the max time below which a buffered event is obsolete
+    return {"buffers": buffers, "buffer_bounds": [watermark - 40 - 20 * k for k in range(len(buffers))],
+            "watermark": watermark,
+            "threshold": threshold, "floor": 0.3, "groups": 1,
+            "counters": {"near_misses": len(near), "late": 1, "evicted": 2, "matches": 0},
+            "near_misses": [{"prob": p} for p in near],
+            "partitions": [{"stream": "A", "id": "s-1", "lpr": [watermark - 100, watermark],
+                            "sr": [watermark, watermark + 50], "rpr": [watermark + 50, None]}]}
 
 
 @pytest.fixture
