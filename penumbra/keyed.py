@@ -31,7 +31,7 @@ from .events import Event, Streams
 from .keygroups import KeyGroup
 from .operator import BlockResult, Clock, is_due, merge_clocks
 
-__all__ = ["PER_BLOCK", "SHARED", "GroupState", "combine", "state_part", "step"]
+__all__ = ["GroupState", "PER_BLOCK", "SHARED", "combine", "state_part", "step"]
 
 #: Observations about one block (samples and per-block counts); the others describe an
 #: operator's state after it.

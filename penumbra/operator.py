@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from . import state
+from .state import Migration, dump, load
 from .errors import ValidationError
 from .events import Event
 from .events.columns import EventColumns
@@ -138,7 +138,7 @@ class Operator(abc.ABC):
     STATE_FIELDS: ClassVar[tuple[str, ...]]
     #: version -> the migration of that version's fields to the next one's (0: a state
     #: written before the versioned format; see :mod:`penumbra.state`)
-    STATE_MIGRATIONS: ClassVar[Mapping[int, state.Migration]] = {}
+    STATE_MIGRATIONS: ClassVar[Mapping[int, Migration]] = {}
 
     #: The key group this operator hosts: it keeps the state of the keys the group owns
     #: and ignores the rest. None: every key.
@@ -150,6 +150,10 @@ class Operator(abc.ABC):
     #: the buffers and tables this floor needs, so a threshold moved down to it loses
     #: nothing; 0 for operators that accept any threshold in (0, 1].
     floor: float = 0.0
+    #: Whether its observations count the candidates between its floor and its threshold
+    #: (``near_misses``, ``near_miss_histogram``): what a threshold moved down to the floor
+    #: would have added (:mod:`penumbra.tuning`).
+    reports_near_misses: ClassVar[bool] = False
 
     @abc.abstractmethod
     def feed(self, events: Sequence[Event], prior: np.ndarray | None = None) -> BlockResult:
@@ -172,14 +176,14 @@ class Operator(abc.ABC):
 
     def snapshot(self) -> bytes:
         """The operator's whole state, compactly (:mod:`penumbra.state`)."""
-        return state.dump(self.kind, self.STATE_VERSION, self.state_fields())
+        return dump(self.kind, self.STATE_VERSION, self.state_fields())
 
     @classmethod
     def restore(cls, data: bytes) -> Operator:
         """An operator that continues exactly where the snapshot was taken; a snapshot
         of an older version is migrated, one this Penumbra cannot continue from raises
         :class:`~penumbra.state.StateError` (trusted bytes only: the fields are pickled)."""
-        return cls.from_state(state.load(data, cls.kind, cls.STATE_VERSION, cls.STATE_FIELDS, cls.STATE_MIGRATIONS))
+        return cls.from_state(load(data, cls.kind, cls.STATE_VERSION, cls.STATE_FIELDS, cls.STATE_MIGRATIONS))
 
     @abc.abstractmethod
     def state_fields(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import zlib
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-__all__ = ["FORMAT", "MAGIC", "Migration", "StateError", "dump", "load", "unpickle"]
+__all__ = ["FORMAT", "MAGIC", "Migration", "RENAMED", "StateError", "dump", "load", "read_only", "unpickle"]
 
 MAGIC = b"PNST"
 #: the layout of the bytes around the fields (the header and its compression)

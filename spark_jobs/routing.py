@@ -43,8 +43,7 @@ from contract.entries import BLOCK_FIELD, CONTROL_FIELD, COUNT_FIELD, EVENT_FIEL
 from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
-from penumbra.events import Event, Streams, collector_paused, parse_streams
-from penumbra.events.columns import EventColumns, events_from_bytes
+from penumbra.events import Event, EventColumns, Streams, collector_paused, events_from_bytes, parse_streams
 from penumbra.joins.shared import Member, Plan, plan_key
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks

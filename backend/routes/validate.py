@@ -17,8 +17,7 @@ from pydantic import BaseModel, Field
 from contract.ingest import seen_sources
 from contract.registry import validated_query
 from penumbra.errors import PenumbraError, ValidationError
-from penumbra.query import QueryError
-from penumbra.query.sources import unseen_attributes
+from penumbra.query import QueryError, unseen_attributes
 
 from ..deps import ServiceDep, ViewerDep
 from ..models import Body, Probability

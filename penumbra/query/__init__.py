@@ -10,8 +10,8 @@ from .join import JOIN_STRATEGIES, JoinQuery, Source
 from .parser import parse, parse_expression
 from .pattern import PATTERN_METHODS, PATTERN_STRATEGIES, PatternComponent, PatternQuery
 from .sequence import GapSpec, SequenceComponent, SequenceQuery
-from .sources import check_registered
+from .sources import AttributeWarning, check_registered, unseen_attributes
 
-__all__ = ["GapSpec", "JOIN_STRATEGIES", "JoinQuery", "PATTERN_METHODS", "PATTERN_STRATEGIES", "PatternComponent",
-           "PatternQuery", "QueryError", "SequenceComponent", "SequenceQuery", "Source", "check_registered", "parse",
-           "parse_expression"]
+__all__ = ["AttributeWarning", "GapSpec", "JOIN_STRATEGIES", "JoinQuery", "PATTERN_METHODS", "PATTERN_STRATEGIES",
+           "PatternComponent", "PatternQuery", "QueryError", "SequenceComponent", "SequenceQuery", "Source",
+           "check_registered", "parse", "parse_expression", "unseen_attributes"]

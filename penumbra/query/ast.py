@@ -25,11 +25,9 @@ from lark import Token, Transformer, v_args
 
 from .errors import QueryError
 
-__all__ = [
-    "Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder",
-    "LARGEST_INTEGER", "MAX_DEPTH", "Not", "Unary", "Var", "attrs_of", "conjuncts", "equality_classes", "evaluate",
-    "check_evaluable", "unevaluable", "variables_of",
-]
+__all__ = ["Attr", "BinOp", "Bool", "Call", "Compare", "Const", "Duration", "Expr", "ExprBuilder", "LARGEST_INTEGER",
+           "MAX_DEPTH", "Not", "Unary", "Var", "attrs_of", "check_evaluable", "conjuncts", "equality_classes",
+           "evaluate", "unevaluable", "variables_of"]
 
 
 #: How deep an expression may nest (parentheses, NOT, arithmetic inside comparisons; the

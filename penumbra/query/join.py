@@ -18,7 +18,7 @@ from lark import v_args
 from .ast import Attr, Call, Compare, Const, Expr, ExprBuilder, Var, check_evaluable, conjuncts, unevaluable, variables_of
 from .errors import QueryError
 
-__all__ = ["JOIN_STRATEGIES", "JoinQuery", "JoinBuilder", "Source"]
+__all__ = ["JOIN_STRATEGIES", "JoinBuilder", "JoinQuery", "Source"]
 
 #: The interval paper's five strategies; every one returns the same matches.
 JOIN_STRATEGIES = ("simple", "ssort", "eager", "lazy", "lazy_lookup")
