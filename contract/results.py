@@ -41,13 +41,13 @@ local first, last = {}, {}
 local base = 8 + 5 * n
 local at, seq = tonumber(ARGV[6]), tonumber(ARGV[7])
 -- ids <at>-<seq>, unless the stream already went past them (written by an older version): Redis's own
-local own = true
+local ours = true
 if redis.call('EXISTS', stream) == 1 then
   local info = redis.call('XINFO', 'STREAM', stream)
-  for f = 1, #info, 2 do
-    if info[f] == 'last-generated-id' then
-      local ms, n = string.match(info[f + 1], '(%%d+)-(%%d+)')
-      own = tonumber(ms) < at or (tonumber(ms) == at and tonumber(n) < seq)
+  for field = 1, #info, 2 do
+    if info[field] == 'last-generated-id' then
+      local ms, n = string.match(info[field + 1], '(%%d+)-(%%d+)')
+      ours = tonumber(ms) < at or (tonumber(ms) == at and tonumber(n) < seq)
     end
   end
 end
@@ -57,7 +57,7 @@ for i = base, #ARGV, 7 do
                   't', ARGV[i + 3], 'p', ARGV[i + 4]}
   if ARGV[i + 5] ~= '' then fields[#fields + 1] = 'r'; fields[#fields + 1] = ARGV[i + 5] end
   if ARGV[i + 6] ~= '' then fields[#fields + 1] = 'f'; fields[#fields + 1] = ARGV[i + 6] end
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, own and (ARGV[6] .. '-' .. seq) or '*',
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, ours and (ARGV[6] .. '-' .. seq) or '*',
                         unpack(fields))
   seq = seq + 1
   if first[k] == nil then first[k] = id end

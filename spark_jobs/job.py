@@ -310,7 +310,8 @@ class _ProgressAsJson(JStreamingQueryListener):
     """PySpark's bridge from the JVM's listener to a Python one, but a progress report
     comes over as one JSON text. PySpark's own reads each of its fields, and each entry of
     their maps, by a call into the JVM: some hundreds of calls a micro-batch, 4.5 s of the
-    JVM's listener thread in 20 s at 10,000 events/s (docs/pipeline.md)."""
+    JVM's listener thread in 20 s at 10,000 events/s
+    (docs/measurements/2026-11-26-end-to-end-by-process.md)."""
 
     def onQueryProgress(self, jevent) -> None:
         self.pylistener.report(json.loads(jevent.progress().json()))

@@ -84,7 +84,8 @@ class GroupProcessor(StatefulProcessor):
         clock = merge_clocks(*(tick["clock"] for tick in ticks))
         ended = {query_id for tick in ticks for query_id in tick["end"]}
         # one call to the state server, None when the group holds no state: each call has the
-        # JVM build an encoder and generate a projection for it (docs/pipeline.md)
+        # JVM build an encoder and generate a projection for it
+        # (docs/measurements/2026-11-27-batch-cost.md)
         held, state = self.state.get(), None
         if held is not None:
             kind, snapshot, pending, wake = held

@@ -165,9 +165,9 @@ class _Compiled:
 
 def _compile(entry: dict, streams: dict, groups: int) -> CompiledQuery:
     query = parse(entry["text"])
-    own = parse_streams(entry.get("streams", streams))
-    clocker = build_operator(query, own)
-    return CompiledQuery(entry, query, own, clocker, Routing(clocker.partition_keys(), groups))
+    registered = parse_streams(entry.get("streams", streams))     # the streams as the query was registered
+    clocker = build_operator(query, registered)
+    return CompiledQuery(entry, query, registered, clocker, Routing(clocker.partition_keys(), groups))
 
 
 _cache: OrderedDict[tuple[str, str, int, int], _Compiled] = OrderedDict()

@@ -40,44 +40,44 @@ class Demo:
         return TokenStore(self.supervisor.client, self.supervisor.keys)
 
     def start(self) -> None:
-        sup = self.supervisor
+        supervisor = self.supervisor
         tokens = self._tokens()
         for record in tokens.records():
             if record["label"] in (DEMO_LABEL, DEMO_LABEL + " set-up"):
                 tokens.revoke(record["id"])
         self.token, _ = tokens.create(Role.analyst, DEMO_LABEL)
         admin, record = tokens.create(Role.admin, DEMO_LABEL + " set-up")
-        url = sup.settings.api_url
+        url = supervisor.settings.api_url
         try:
-            for sc in self.scenarios.values():
-                for name, params in sc.streams.items():
+            for scenario in self.scenarios.values():
+                for name, params in scenario.streams.items():
                     status, answer = api_call(url, "PUT", f"/api/streams/{name}", admin, params, patience=30)
                     if status != 200:
                         raise FeedError(f"PUT /api/streams/{name}: {status} {answer}")
-                for query in sc.queries:
+                for query in scenario.queries:
                     status, answer = api_call(url, "POST", "/api/queries", admin,
                                               {"id": query.id, "name": query.name, "text": query.text,
                                                "threshold": query.threshold}, patience=30)
                     if status not in (201, 409):
                         raise FeedError(f"POST /api/queries ({query.id}): {status} {answer}")
         except FeedError as error:
-            sup.say(f"demo: could not register the scenarios: {error}; the demo does not start")
+            supervisor.say(f"demo: could not register the scenarios: {error}; the demo does not start")
             return
         finally:
             tokens.revoke(record["id"])
-        for sc in self.scenarios.values():
-            sup.children.append(self._child(sc.name))
-        sup.say(f"demo: {', '.join(self.scenarios)} registered; their simulators send "
-                f"{sup.settings.demo_rate:g} events/s each")
-        sup.say(f"demo: open {url}/ and sign in with the demo token (analyst, new at each start):")
-        sup.say(f"  demo token   {self.token}")
-        sup.say("")
+        for scenario in self.scenarios.values():
+            supervisor.children.append(self._child(scenario.name))
+        supervisor.say(f"demo: {', '.join(self.scenarios)} registered; their simulators send "
+                f"{supervisor.settings.demo_rate:g} events/s each")
+        supervisor.say(f"demo: open {url}/ and sign in with the demo token (analyst, new at each start):")
+        supervisor.say(f"  demo token   {self.token}")
+        supervisor.say("")
 
     def _child(self, name: str) -> Child:
-        sup = self.supervisor
+        supervisor = self.supervisor
         argv = [sys.executable, "-m", "penumbra", "simulate", name, "--forever", "--duration", "60",
-                "--rate", f"{sup.settings.demo_rate:g}", "--api", sup.settings.api_url, "--verdicts"]
-        env = {**sup._env(), "PENUMBRA_TOKEN": self.token or ""}
-        return Child(f"sim-{name}", f"the {name} simulator", argv, sup.settings.logs / f"sim-{name}.log", env,
-                     sup.settings.var, probe=lambda child: True, waiting_for=f"the {name} simulator",
+                "--rate", f"{supervisor.settings.demo_rate:g}", "--api", supervisor.settings.api_url, "--verdicts"]
+        env = {**supervisor._env(), "PENUMBRA_TOKEN": self.token or ""}
+        return Child(f"sim-{name}", f"the {name} simulator", argv, supervisor.settings.logs / f"sim-{name}.log", env,
+                     supervisor.settings.var, probe=lambda child: True, waiting_for=f"the {name} simulator",
                      stop_seconds=10.0)

@@ -21,7 +21,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands) -> None:
     sim = commands.add_parser("simulate", help="send a scenario's simulated sensors to Penumbra (simulate --help)",
                               description="Simulated sensors that know the truth: " + ", ".join(
-                                  f"{name} ({sc.title.lower()})" for name, sc in SCENARIOS.items())
+                                  f"{name} ({scenario.title.lower()})" for name, scenario in SCENARIOS.items())
                               + ". docs/demo.md tells each story.")
     sim.add_argument("scenario", choices=sorted(SCENARIOS))
     sim.add_argument("--rate", type=float, default=50.0, help="events per second (default 50)")
@@ -44,13 +44,13 @@ def add_parser(commands) -> None:
     add_target(sim)
 
 
-def _setup(args: argparse.Namespace, sc) -> None:
+def _setup(args: argparse.Namespace, scenario) -> None:
     """Register the scenario's streams, then its queries (a query keeps its streams' parameters)."""
-    for name, params in sc.streams.items():
+    for name, params in scenario.streams.items():
         status, answer = api_call(args.api, "PUT", f"/api/streams/{name}", args.token, params)
         if status != 200:
             raise UsageError(f"--setup: PUT /api/streams/{name} answered {status}: {answer}")
-    for query in sc.queries:
+    for query in scenario.queries:
         status, answer = api_call(args.api, "POST", "/api/queries", args.token,
                                   {"id": query.id, "name": query.name, "text": query.text,
                                    "threshold": query.threshold})
@@ -61,7 +61,7 @@ def _setup(args: argparse.Namespace, sc) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sc = scenarios.scenario(args.scenario)
+    scenario = scenarios.scenario(args.scenario)
     for option in ("rate", "duration"):
         value = getattr(args, option)
         if not (math.isfinite(value) and value > 0):
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--verdicts posts verdicts to the API: give --api (and not --out)")
     if args.streams_out:
         try:
-            Path(args.streams_out).write_text(json.dumps(sc.streams, indent=1), encoding="utf-8")
+            Path(args.streams_out).write_text(json.dumps(scenario.streams, indent=1), encoding="utf-8")
         except OSError as error:
             raise UsageError(f"cannot write streams file {args.streams_out!r}: {error.strerror}") from None
     if args.out:
@@ -82,24 +82,24 @@ def run(args: argparse.Namespace) -> int:
         with open(args.out, "w", encoding="utf-8") as handle:
             handle.write("".join(json.dumps(e) + "\n" for e in sim.events))
         if args.truth:
-            _write_truth(args, sc, sim, 0.0)
+            _write_truth(args, scenario, sim, 0.0)
         print(f"penumbra simulate: {len(sim.events):,} events of {args.scenario} in {args.out}", file=sys.stderr)
         return 0
     run = _base36(int(time.time() * 1000))
     try:
         with sink_of(args) as sink, Stop() as stop:
             if args.setup:
-                _setup(args, sc)
+                _setup(args, scenario)
             total, rounds, tally = 0, 0, None
-            judge = Judge(args.api, args.token, sc) if args.verdicts else None
+            judge = Judge(args.api, args.token, scenario) if args.verdicts else None
             while not stop() and (args.forever or rounds == 0):
                 sim = scenarios.generate(args.scenario, args.rate, args.duration, args.seed + rounds)
-                origin = float(round(time.time() * sc.per_second))
+                origin = float(round(time.time() * scenario.per_second))
                 sim = sim.shifted(origin, f"{run}.{rounds}." if args.forever else f"{run}.")
                 if judge is not None:
                     judge.learn(sim, f"{run}.{rounds}." if args.forever else f"{run}.")
                 if args.truth:
-                    _write_truth(args, sc, sim, origin)
+                    _write_truth(args, scenario, sim, origin)
                 progress = Progress(f"{args.scenario} round {rounds + 1}" if args.forever else args.scenario,
                                     None if args.forever else len(sim.events))
                 schedule = ((float(due), json.dumps(e).encode()) for due, e in zip(sim.arrivals, sim.events))
@@ -132,9 +132,9 @@ class Judge:
     match, false otherwise (``POST /api/queries/{id}/verdicts``). Matches of other runs,
     and those written before it started, are left alone."""
 
-    def __init__(self, api: str, token: str | None, sc):
+    def __init__(self, api: str, token: str | None, scenario):
         self.api, self.token = api, token
-        self.queries = [q.id for q in sc.queries]
+        self.queries = [q.id for q in scenario.queries]
         self.truth: dict[str, set[tuple]] = {q: set() for q in self.queries}
         self.variables: dict[str, set[str]] = {q: set() for q in self.queries}
         self.prefixes: list[str] = []
@@ -187,11 +187,11 @@ def _base36(number: int) -> str:
     return out or "0"
 
 
-def _write_truth(args: argparse.Namespace, sc, sim, origin: float) -> None:
-    truth = {"scenario": sc.name, "seed": args.seed, "rate": args.rate, "duration": args.duration,
-             "origin": origin, "unit": sc.unit, "events": len(sim.events), "streams": sc.streams,
+def _write_truth(args: argparse.Namespace, scenario, sim, origin: float) -> None:
+    truth = {"scenario": scenario.name, "seed": args.seed, "rate": args.rate, "duration": args.duration,
+             "origin": origin, "unit": scenario.unit, "events": len(sim.events), "streams": scenario.streams,
              "queries": {q.id: {"text": q.text, "threshold": q.threshold, "meaning": q.meaning,
-                                "truth": sim.truth[q.id]} for q in sc.queries}}
+                                "truth": sim.truth[q.id]} for q in scenario.queries}}
     try:
         Path(args.truth).write_text(json.dumps(truth), encoding="utf-8")
     except OSError as error:
