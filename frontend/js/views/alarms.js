@@ -75,20 +75,20 @@ function readFilters(main) {
     key: $("#f-key").value.trim().toLowerCase(), min: Math.max(0, Number($("#f-prob").value) || 0) / 100 };
 }
 
-const keyPasses = (alarm, f) => !f.key || keyText(alarm?.key).toLowerCase().includes(f.key);
+const keyPasses = (alarm, wanted) => !wanted.key || keyText(alarm?.key).toLowerCase().includes(wanted.key);
 
-function alarmPasses(a, f) {
-  return (!f.query || a.query === f.query) && (!f.state || a.state === f.state)
-    && (!f.priority || a.priority === f.priority) && keyPasses(a, f);
+function alarmPasses(a, wanted) {
+  return (!wanted.query || a.query === wanted.query) && (!wanted.state || a.state === wanted.state)
+    && (!wanted.priority || a.priority === wanted.priority) && keyPasses(a, wanted);
 }
 
 /** Whether a match passes: its own query and probability, and its instance's state,
  *  priority and key when those are asked for. */
-function matchPasses(match, f) {
-  if ((f.query && match.query !== f.query) || match.prob < f.min) return false;
-  if (!f.state && !f.priority && !f.key) return true;
+function matchPasses(match, wanted) {
+  if ((wanted.query && match.query !== wanted.query) || match.prob < wanted.min) return false;
+  if (!wanted.state && !wanted.priority && !wanted.key) return true;
   const a = store.alarms.get(match.alarm);
-  return !!a && alarmPasses(a, f);
+  return !!a && alarmPasses(a, wanted);
 }
 
 // ---- the cards
@@ -244,28 +244,28 @@ function mountCards(main, filters) {
     element.querySelector("summary").innerHTML = `<strong>${esc(entry?.name ?? query)}</strong>
       ${priorityBadge(instances[0]?.priority ?? entry?.priority ?? "warning")}
       <span class="muted small">${byState.map(([s, n]) => `${count(n)} ${s}`).join(" · ")}</span>`;
-    const room = shownPerQuery.get(query) ?? CARDS;
+    const shownCards = shownPerQuery.get(query) ?? CARDS;
     const focused = document.activeElement;
-    element.querySelector(".instances").replaceChildren(...instances.slice(0, room).map(card));
+    element.querySelector(".instances").replaceChildren(...instances.slice(0, shownCards).map(card));
     if (focused && element.contains(focused)) focused.focus();
     const more = element.querySelector(".more");
-    more.hidden = instances.length <= room;
-    more.textContent = `Show more (${count(instances.length - room)} not shown)`;
+    more.hidden = instances.length <= shownCards;
+    more.textContent = `Show more (${count(instances.length - shownCards)} not shown)`;
     return element;
   }
 
   function render() {
-    const f = filters();
-    const passing = [...store.alarms.values()].filter((a) => alarmPasses(a, f)).sort(byUrgency(held?.order));
+    const wanted = filters();
+    const passing = [...store.alarms.values()].filter((a) => alarmPasses(a, wanted)).sort(byUrgency(held?.order));
     // silenced instances have a list of their own (unless the filter asks for them), but a
     // card acted on stays where it is until the hold is released
-    const own = (a) => a.state === "silenced" && f.state !== "silenced" && !(held && held.order.has(a.id));
-    const shown = passing.filter((a) => !own(a));
-    const silenced = passing.filter(own);
+    const listedApart = (a) => a.state === "silenced" && wanted.state !== "silenced" && !(held && held.order.has(a.id));
+    const shown = passing.filter((a) => !listedApart(a));
+    const silenced = passing.filter(listedApart);
     const focused = document.activeElement;
     groups.replaceChildren(...[...groupByQuery(shown)].map(([query, instances]) => section(query, instances)));
     if (focused && groups.contains(focused)) focused.focus();
-    if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${f.query || f.state || f.priority || f.key ? " matches these filters" : " yet"}.</p>`;
+    if (!shown.length) groups.innerHTML = `<p class="empty">No alarm${wanted.query || wanted.state || wanted.priority || wanted.key ? " matches these filters" : " yet"}.</p>`;
     main.querySelector("#silenced-list").hidden = !silenced.length;
     main.querySelector("#silenced-summary").textContent = `${count(silenced.length)} ${silenced.length === 1 ? "instance" : "instances"}`;
     main.querySelector("#silenced-groups").replaceChildren(...silenced.slice(0, CARDS).map(card));
@@ -348,11 +348,11 @@ function mountFeed(main, filters) {
   let limit = PAGE;
 
   function render() {
-    const f = filters();
+    const wanted = filters();
     const rows = [];
     let total = 0;
     for (const match of store.matches) {
-      if (!matchPasses(match, f)) continue;
+      if (!matchPasses(match, wanted)) continue;
       total += 1;
       if (rows.length < limit) rows.push(matchRow(match, false));
     }
@@ -367,13 +367,13 @@ function mountFeed(main, filters) {
       render();
       return;
     }
-    const f = filters();
-    const fresh = detail.fresh.filter((m) => matchPasses(m, f));
+    const wanted = filters();
+    const fresh = detail.fresh.filter((m) => matchPasses(m, wanted));
     if (!fresh.length) return;
     feed.querySelector(".empty")?.remove();
     for (const match of fresh.slice(-limit)) feed.prepend(matchRow(match, true));
     while (feed.children.length > limit) feed.lastElementChild.remove();
-    const total = store.matches.filter((m) => matchPasses(m, f)).length;
+    const total = store.matches.filter((m) => matchPasses(m, wanted)).length;
     more.hidden = total <= feed.children.length;
     more.textContent = `Show more (${count(total - feed.children.length)} not shown)`;
   }
@@ -393,26 +393,26 @@ export default {
     const filters = () => readFilters(main);
     const cards = mountCards(main, filters);
     const feed = mountFeed(main, filters);
-    const fQuery = main.querySelector("#f-query");
+    const querySelect = main.querySelector("#f-query");
 
     // the page's ?query= waits for its query to be known (the registry may still be on its
     // way when the view opens), unless someone picks a query first
-    let wanted = params.get("query") ?? "";
+    let linkedQuery = params.get("query") ?? "";
     function fillQueryFilter() {
-      const chosen = fQuery.value || wanted;
+      const chosen = querySelect.value || linkedQuery;
       const ids = [...new Set([...store.queries.keys(), ...[...store.alarms.values()].map((a) => a.query)])].sort();
-      fQuery.innerHTML = `<option value="">All queries</option>` + ids.map((id) =>
+      querySelect.innerHTML = `<option value="">All queries</option>` + ids.map((id) =>
         `<option value="${esc(id)}">${esc(store.queries.get(id)?.name ?? id)}</option>`).join("");
-      fQuery.value = ids.includes(chosen) ? chosen : "";
-      if (wanted && fQuery.value === wanted) {
-        wanted = "";
+      querySelect.value = ids.includes(chosen) ? chosen : "";
+      if (linkedQuery && querySelect.value === linkedQuery) {
+        linkedQuery = "";
         cards.render();
         feed.restart();
       }
     }
 
     const form = main.querySelector("#alarm-filters");
-    form.addEventListener("input", () => { wanted = ""; cards.render(); feed.restart(); });
+    form.addEventListener("input", () => { linkedQuery = ""; cards.render(); feed.restart(); });
     form.addEventListener("submit", (event) => event.preventDefault());
     permissionButton(main.querySelector("#allow-notifications"));
     soundSwitch(main.querySelector("#alarm-sound"));
