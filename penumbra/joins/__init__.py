@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..events import Streams
 from ..query import JoinQuery
-from .operator import DEFAULT_FLOOR, STRATEGIES, JoinMatches, JoinOperator
+from .matches import JoinMatches
+from .operator import DEFAULT_FLOOR, STRATEGIES, JoinOperator
 
-__all__ = ["DEFAULT_FLOOR", "STRATEGIES", "JoinMatches", "JoinOperator", "build_operator"]
+__all__ = ["DEFAULT_FLOOR", "JoinMatches", "JoinOperator", "STRATEGIES", "build_operator"]
 
 
 def build_operator(query: JoinQuery, streams: Streams, **options) -> JoinOperator:

@@ -4,7 +4,7 @@ events, and the probability curve of one event (the dashboard's inspector)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -12,13 +12,11 @@ from ..errors import ValidationError
 from ..events import Event
 from ..probability import p_within
 from ..timestamps import Histogram
+from .matches import FoundPairs
 from .rows import Rows
+from .sides import Side
 
-if TYPE_CHECKING:
-    from .operator import _Side
-
-__all__ = ["BUFFERED_SAMPLES", "Inspection", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES", "row_event",
-           "row_timestamp"]
+__all__ = ["BUFFERED_SAMPLES", "Inspection", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES"]
 
 NEAR_MISS_SAMPLES = 20
 #: Near misses are counted by probability in bins of this width (a what-if is exact at
@@ -38,25 +36,6 @@ def _range_of(x: float, ranges: dict[str, list[float]]) -> str | None:
     return None
 
 
-def row_timestamp(rows: Rows, i: int, template_names: Sequence[str]) -> dict[str, Any]:
-    """Row ``i``'s timestamp in the input's shape, as the join admitted it: a template name
-    and detection time, an interval (a one-bucket histogram), or a histogram."""
-    template = int(rows.template[i])
-    if 0 <= template < len(template_names):
-        return {"detected": float(rows.hi[i]), "template": template_names[template]}
-    probs = rows.block.probs[:, i]
-    used = int(np.flatnonzero(probs > 0)[-1]) + 1 if np.any(probs > 0) else 1
-    if used == 1:
-        return {"lo": float(rows.lo[i]), "hi": float(rows.hi[i])}
-    return {"edges": rows.block.edges[:used + 1, i].tolist(), "probs": probs[:used].tolist()}
-
-
-def row_event(rows: Rows, i: int, stream: str, template_names: Sequence[str]) -> dict[str, Any]:
-    """Row ``i`` as an event in the input's shape, with its attributes (the row's own
-    mapping, not a copy)."""
-    return {"stream": stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, template_names), "attrs": rows.attrs[i]}
-
-
 class Inspection:
     """Observations of the join's work, mixed into :class:`~.operator.JoinOperator`."""
 
@@ -64,7 +43,7 @@ class Inspection:
         """Pairs with ``floor <= P < threshold``: counted, binned by probability, the first
         few kept as samples."""
         self.totals["near_misses"] += len(ia)
-        self._near_parts.append((a, ia, b, ib, probs))
+        self._near_parts.append(FoundPairs(a, ia, b, ib, probs))
         # a probability on a bin edge (0.57 is 56.99999... * 0.01) belongs to the bin above it
         bins = np.minimum((probs / NEAR_MISS_BIN + 1e-9).astype(np.int64), len(self._near_bins) - 1)
         self._near_bins += np.bincount(bins, minlength=len(self._near_bins))
@@ -79,7 +58,7 @@ class Inspection:
         event's max time, as :meth:`_ranges` and the inspector place a partner: ``lpr``,
         ``sr`` or ``rpr`` (the first that holds it, bounds included), None outside them all."""
         d = self.d
-        pi = self._pi(self.sides[1])
+        pi = self.sides[1].longest_timestamp
         pi = math.inf if pi is None else pi
         lpr_lo, lpr_hi = lo - d, hi - d + pi
         sr_lo, sr_hi = hi - d + pi, lo + d
@@ -116,17 +95,17 @@ class Inspection:
 
     def _as_events(self, k: int, rows: Rows, count: int) -> list[dict]:
         """The first ``count`` of ``rows`` (side ``k``) as events in the input's shape, with
-        their timestamps as admitted (:func:`row_timestamp`)."""
+        their timestamps as admitted (:meth:`Rows.timestamp`)."""
         side = self.sides[k]
-        return [{"stream": side.stream, "id": rows.ids[i], "ts": row_timestamp(rows, i, side.template_names)}
+        return [{"stream": side.stream, "id": rows.ids[i], "ts": rows.timestamp(i, side.template_names)}
                 for i in range(min(count, len(rows)))]
 
-    def _ranges(self, k: int, lo: float, hi: float, template: int, partner: _Side) -> dict:
+    def _ranges(self, k: int, lo: float, hi: float, template: int, partner: Side) -> dict:
         """LPR / SR / RPR: Theorem 3 for a template event; otherwise Eqs. 4-6, with the
         partner stream's pi (or no bound when it has none)."""
         if template >= 0 and self.tables is not None:
             return (self.tables if k == 0 else self.tables_ba).probing_ranges(template, hi, self.d)
-        pi = self._pi(partner)
+        pi = partner.longest_timestamp
         pi = math.inf if pi is None else pi
         return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],
                 "rpr": [lo + self.d, hi + self.d + pi]}
@@ -144,7 +123,7 @@ class Inspection:
         if k is None:
             raise ValidationError("stream", f"{event.stream!r} is not a source of this join")
         side, partner = self.sides[k], self.sides[1 - k]
-        admitted = self._admit(side, event)
+        admitted = side.admit(event)
         if isinstance(admitted, str):
             raise ValidationError("ts", admitted)
         histogram, template = admitted
@@ -164,7 +143,7 @@ class Inspection:
             if other.stream.casefold() != partner.stream:
                 raise ValidationError("partners", f"{other.id!r} is of stream {other.stream!r}, not of the partner "
                                                   f"stream {partner.stream!r}")
-            got = self._admit(partner, other)
+            got = partner.admit(other)
             if isinstance(got, str):
                 raise ValidationError("partners", f"{other.id!r}: {got}")
             h = got[0]

@@ -2,6 +2,8 @@
 
 A stream buffer (PTJoin section 3.2) is a :class:`Rows` kept sorted by max time,
 ``max(H)``, so the partitions of section 3.1 are contiguous slices found by binary search.
+A row goes back to the input's shape (:meth:`Rows.event`) only at the edges: a match's
+records, the inspector's samples.
 """
 
 from __future__ import annotations
@@ -90,3 +92,20 @@ class Rows:
     def longest(self) -> float:
         """The longest timestamp held (0 when empty)."""
         return float(np.max(self.hi - self.lo)) if len(self) else 0.0
+
+    def timestamp(self, i: int, template_names: Sequence[str]) -> dict[str, Any]:
+        """Row ``i``'s timestamp in the input's shape, as the join admitted it: a template name
+        and detection time, an interval (a one-bucket histogram), or a histogram."""
+        template = int(self.template[i])
+        if 0 <= template < len(template_names):
+            return {"detected": float(self.hi[i]), "template": template_names[template]}
+        probs = self.block.probs[:, i]
+        used = int(np.flatnonzero(probs > 0)[-1]) + 1 if np.any(probs > 0) else 1
+        if used == 1:
+            return {"lo": float(self.lo[i]), "hi": float(self.hi[i])}
+        return {"edges": self.block.edges[:used + 1, i].tolist(), "probs": probs[:used].tolist()}
+
+    def event(self, i: int, stream: str, template_names: Sequence[str]) -> dict[str, Any]:
+        """Row ``i`` as an event in the input's shape, with its attributes (the row's own
+        mapping, not a copy)."""
+        return {"stream": stream, "id": self.ids[i], "ts": self.timestamp(i, template_names), "attrs": self.attrs[i]}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..probability import meets
+from .matches import FoundPairs
 from .partitions import certain_pairs, void_pairs
 from .rows import Rows
 
@@ -146,7 +147,7 @@ class Strategies:
         if len(ia):
             self.totals["pairs"] += len(ia)
             self.totals["certain"] += len(ia)
-            matches.append((pairs.a, ia, pairs.b, ib, np.ones(len(ia))))
+            matches.append(FoundPairs(pairs.a, ia, pairs.b, ib, np.ones(len(ia))))
 
     def _probe(self, pairs: _Pairs, matches, near, *, exhaustive: bool = False) -> None:
         """Decide candidate pairs: void and certain pairs by their supports, template pairs by
@@ -184,7 +185,7 @@ class Strategies:
         # (a pair of probability 0 is no match, also at a threshold within rounding of 0)
         hit = np.flatnonzero(meets(probs, self.threshold) & (probs > 0))
         if len(hit):
-            matches.append((a, ia[hit], b, ib[hit], probs[hit]))
+            matches.append(FoundPairs(a, ia[hit], b, ib[hit], probs[hit]))
 
     def _templates_decide(self, a: Rows, b: Rows, ia, ib, probed: np.ndarray, near) -> np.ndarray:
         """Theorem 2 for template pairs: drop the violated ones (counting near misses with

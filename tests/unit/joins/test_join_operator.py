@@ -616,7 +616,7 @@ def test_a_blocks_key_values_are_coded_as_the_join_compares_keys(values):
     """Two events share a code exactly when their keys are one key (both absent, or equal
     with booleans equal only to booleans, item by item), and each code stands for the key
     of the first event that has it."""
-    from penumbra.joins.operator import _key_codes
+    from penumbra.joins.keys import key_codes
 
     def one_key(a, b):
         if a is None or b is None:
@@ -625,7 +625,7 @@ def test_a_blocks_key_values_are_coded_as_the_join_compares_keys(values):
         return all(same_key(x, y) for x, y in zip(a, b))
 
     values = [None if type(v) is tuple and None in v else v for v in values]
-    codes, distinct = _key_codes(values)
+    codes, distinct = key_codes(values)
     codes = codes.tolist()
     for i, a in enumerate(values):
         for j, b in enumerate(values):
