@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import ValidationError
 from ..timestamps import MAX_BUCKETS, Histogram, finite_number
 from .validation import _expect_object, _name, _reject_unknown
 
-__all__ = ["GAP_FAMILIES", "StreamParams", "Streams", "gap_problem", "parse_streams"]
+__all__ = ["GAP_FAMILIES", "StreamParams", "Streams", "gap_pmf", "gap_problem", "parse_streams"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,41 @@ def gap_problem(family: str, params: Sequence[float]) -> str | None:
         if min(weights) < 0 or sum(weights) <= 0:
             return "histogram weights must be >= 0 and not all 0"
     return None
+
+
+def gap_pmf(family: str, params: Sequence[float], window: int) -> np.ndarray:
+    """A gap density given in a query (``GAP z = exponential(40)``) on gaps 1..W-1.
+
+    ``uniform(lo, hi)``: equal mass on lo..hi; ``exponential(mean)``: mass proportional
+    to exp(-d / mean); ``histogram(width, w_1, ..., w_n)``: mass w_k spread evenly on the
+    gaps of bin k, ((k-1) width, k width]. Mass beyond the window is cut and the rest
+    renormalised; a density with no mass inside the window is an error.
+    """
+    gaps = np.arange(window + 1, dtype=float)
+    if family == "uniform":
+        lo, hi = params
+        mass = ((gaps >= lo) & (gaps <= hi)).astype(float)
+    elif family == "exponential":
+        # exp(-(d - 1) / mean): gap 1 keeps mass 1 however small the mean (the other
+        # gaps' mass then underflows to 0 through an infinite exponent)
+        with np.errstate(over="ignore"):
+            mass = np.exp(-np.maximum(gaps - 1, 0) / params[0])
+    elif family == "histogram":
+        # weights scaled by the largest: the same density, and sums that cannot overflow
+        width, weights = int(params[0]), np.asarray(params[1:], dtype=float)
+        weights = weights / weights.max() if weights.max() > 0 else weights
+        bins = np.ceil(gaps / width).astype(int) - 1
+        inside = (bins >= 0) & (bins < len(weights))
+        mass = np.where(inside, weights[np.clip(bins, 0, len(weights) - 1)] / width, 0.0)
+    else:
+        raise ValueError(f"unknown gap density {family!r}")
+    mass[0] = 0.0
+    mass[window:] = 0.0
+    total = mass.sum()
+    if total <= 0:
+        shown = ", ".join(f"{p:g}" for p in params)
+        raise ValueError(f"{family}({shown}) puts no mass on gaps 1..{window - 1} (inside the window)")
+    return mass / total
 
 
 def _gap(value: Any, where: str) -> tuple[str, tuple[float, ...]]:

@@ -42,7 +42,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = [
-    "GapHistogram", "RunComponent", "cdf_before", "gap_pmf", "run_score",
+    "GapHistogram", "RunComponent", "cdf_before", "run_score",
     "s_negative", "s_negatives", "s_positive", "s_positive_pair", "s_positive_within_negatives",
 ]
 
@@ -137,41 +137,6 @@ def s_positive_within_negatives(before: Sequence[RunComponent], missed: RunCompo
     """S^{N...NPN...N}(T) (section 3.3, Markov form): negatives ``before`` the missed
     positive are scored over its gap t, those ``after`` over T - t."""
     return run_score([*before, missed, *after], window)
-
-
-def gap_pmf(family: str, params: Sequence[float], window: int) -> np.ndarray:
-    """A gap density given in a query (``GAP z = exponential(40)``) on gaps 1..W-1.
-
-    ``uniform(lo, hi)``: equal mass on lo..hi; ``exponential(mean)``: mass proportional
-    to exp(-d / mean); ``histogram(width, w_1, ..., w_n)``: mass w_k spread evenly on the
-    gaps of bin k, ((k-1) width, k width]. Mass beyond the window is cut and the rest
-    renormalised; a density with no mass inside the window is an error.
-    """
-    gaps = np.arange(window + 1, dtype=float)
-    if family == "uniform":
-        lo, hi = params
-        mass = ((gaps >= lo) & (gaps <= hi)).astype(float)
-    elif family == "exponential":
-        # exp(-(d - 1) / mean): gap 1 keeps mass 1 however small the mean (the other
-        # gaps' mass then underflows to 0 through an infinite exponent)
-        with np.errstate(over="ignore"):
-            mass = np.exp(-np.maximum(gaps - 1, 0) / params[0])
-    elif family == "histogram":
-        # weights scaled by the largest: the same density, and sums that cannot overflow
-        width, weights = int(params[0]), np.asarray(params[1:], dtype=float)
-        weights = weights / weights.max() if weights.max() > 0 else weights
-        bins = np.ceil(gaps / width).astype(int) - 1
-        inside = (bins >= 0) & (bins < len(weights))
-        mass = np.where(inside, weights[np.clip(bins, 0, len(weights) - 1)] / width, 0.0)
-    else:
-        raise ValueError(f"unknown gap density {family!r}")
-    mass[0] = 0.0
-    mass[window:] = 0.0
-    total = mass.sum()
-    if total <= 0:
-        shown = ", ".join(f"{p:g}" for p in params)
-        raise ValueError(f"{family}({shown}) puts no mass on gaps 1..{window - 1} (inside the window)")
-    return mass / total
 
 
 class GapHistogram:

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event, Streams
+from ..events.streams import gap_pmf
 from ..events.columns import EventColumns
 from ..operator import BlockResult, Late, Operator, check_threshold
 from ..probability import meets
@@ -61,7 +62,7 @@ from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..state import unpickle
 from ..timestamps import Interval
-from .model import GapHistogram, RunComponent, gap_pmf, run_score
+from .model import GapHistogram, RunComponent, run_score
 from .matches import MatchGeneration
 from .plan import check_defaults, clause_plan, key_attributes, run_negatives
 from .queues import NO_KEY, Queue

@@ -38,6 +38,7 @@ from lark import v_args
 from .ast import (Attr, Bool, Call, Compare, Const, Expr, ExprBuilder, Not, Var, attrs_of, check_evaluable, evaluate,
                   variables_of)
 from ..events import GAP_FAMILIES, gap_problem
+from ..events.streams import gap_pmf
 from .errors import QueryError
 
 __all__ = ["Clause", "GapSpec", "SequenceBuilder", "SequenceComponent", "SequenceQuery",
@@ -254,8 +255,6 @@ def _check_gap_params(family: str, params: list[float], call: Call) -> None:
 
 def _check_gap_in_window(spec: GapSpec, window: int, call: Call) -> None:
     """The density puts mass on some gap inside the window (else no match could be scored)."""
-    from ..lossy.model import gap_pmf  # the lossy operator imports this module
-
     try:
         gap_pmf(spec.family, spec.params, window)
     except ValueError as error:

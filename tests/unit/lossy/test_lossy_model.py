@@ -9,8 +9,9 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from lossy_reference import F, enumerate_run, not_happened_given_unobserved
-from penumbra.lossy.model import (GapHistogram, RunComponent, cdf_before, gap_pmf, run_score, s_negative,
-                                  s_negatives, s_positive, s_positive_pair, s_positive_within_negatives)
+from penumbra.events.streams import gap_pmf
+from penumbra.lossy.model import (GapHistogram, RunComponent, cdf_before, run_score, s_negative, s_negatives,
+                                  s_positive, s_positive_pair, s_positive_within_negatives)
 
 W = 40
 
