@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..events import Streams
 from ..query import JoinQuery
 from .matches import JoinMatches
-from .operator import DEFAULT_FLOOR, STRATEGIES, JoinOperator
+from .operator import DEFAULT_FLOOR, JoinOperator
+from .strategies import STRATEGIES
 
 __all__ = ["DEFAULT_FLOOR", "JoinMatches", "JoinOperator", "STRATEGIES", "build_operator"]
 

@@ -29,13 +29,14 @@ _RENUMBER_MIN = 4096
 
 
 class Held:
-    """Both sides' buffered rows with their key codes, and the codes of the keys."""
+    """Both sides' buffered rows (``rows``) with the key code of each row (``row_codes``),
+    and the codes of the keys: key -> code (``codes``) and code -> key (``keys``)."""
 
-    __slots__ = ("rows", "kid", "codes", "keys")
+    __slots__ = ("rows", "row_codes", "codes", "keys")
 
     def __init__(self) -> None:
         self.rows = [Rows.empty(), Rows.empty()]
-        self.kid = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
+        self.row_codes = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         self.codes: dict[Hashable, int] = {}
         self.keys: list[Hashable] = []
 
@@ -53,35 +54,35 @@ class Held:
     def take_keys(self, codes: np.ndarray, *, by_time: bool = True) -> tuple[list[Rows], list[np.ndarray]]:
         """Takes out, per side, the rows of the keys ``codes``: sorted by key code, then
         by max time (stable) when ``by_time``, else in their order within each key."""
-        taken_rows, taken_kid = [], []
+        taken_rows, taken_codes = [], []
         for k in (0, 1):
-            kid = self.kid[k]
-            inside = np.isin(kid, codes) if len(kid) else np.zeros(0, dtype=bool)
+            row_codes = self.row_codes[k]
+            inside = np.isin(row_codes, codes) if len(row_codes) else np.zeros(0, dtype=bool)
             chosen = np.flatnonzero(inside)
             if not len(chosen):
                 taken_rows.append(Rows.empty())
-                taken_kid.append(np.empty(0, dtype=np.int64))
+                taken_codes.append(np.empty(0, dtype=np.int64))
                 continue
-            rows, keys = self.rows[k].take(chosen), kid[chosen]
-            order = np.lexsort((rows.hi, keys)) if by_time else np.argsort(keys, kind="stable")
+            rows, chosen_codes = self.rows[k].take(chosen), row_codes[chosen]
+            order = np.lexsort((rows.hi, chosen_codes)) if by_time else np.argsort(chosen_codes, kind="stable")
             taken_rows.append(rows.take(order))
-            taken_kid.append(keys[order])
-            if len(chosen) == len(kid):
-                self.rows[k], self.kid[k] = Rows.empty(), np.empty(0, dtype=np.int64)
+            taken_codes.append(chosen_codes[order])
+            if len(chosen) == len(row_codes):
+                self.rows[k], self.row_codes[k] = Rows.empty(), np.empty(0, dtype=np.int64)
             else:
                 rest = np.flatnonzero(~inside)
-                self.rows[k], self.kid[k] = self.rows[k].take(rest), kid[rest]
-        return taken_rows, taken_kid
+                self.rows[k], self.row_codes[k] = self.rows[k].take(rest), row_codes[rest]
+        return taken_rows, taken_codes
 
-    def put(self, k: int, rows: Rows, kid: np.ndarray) -> None:
+    def put(self, k: int, rows: Rows, row_codes: np.ndarray) -> None:
         """Puts rows of side ``k`` (with their key codes) back among the held ones."""
         if not len(rows):
             return
         if not len(self.rows[k]):
-            self.rows[k], self.kid[k] = rows, kid
+            self.rows[k], self.row_codes[k] = rows, row_codes
             return
         self.rows[k] = Rows.concat([self.rows[k], rows])
-        self.kid[k] = np.concatenate([self.kid[k], kid])
+        self.row_codes[k] = np.concatenate([self.row_codes[k], row_codes])
 
     def evict(self, bounds: Sequence[float]) -> int:
         """Drops the rows of side ``k`` whose max time is below ``bounds[k]``; how many."""
@@ -94,7 +95,7 @@ class Held:
             kept = int(np.count_nonzero(keep))
             if kept < len(rows):
                 index = np.flatnonzero(keep)
-                self.rows[k], self.kid[k] = rows.take(index), self.kid[k][index]
+                self.rows[k], self.row_codes[k] = rows.take(index), self.row_codes[k][index]
                 evicted += len(rows) - kept
         self._renumber()
         return evicted
@@ -103,17 +104,18 @@ class Held:
         """Forgets the codes of keys no longer held, once they are many."""
         if len(self.keys) < _RENUMBER_MIN:
             return
-        live = np.unique(np.concatenate(self.kid))
+        live = np.unique(np.concatenate(self.row_codes))
         if len(self.keys) < _RENUMBER_FACTOR * len(live):
             return
         self.keys = [self.keys[c] for c in live.tolist()]
         self.codes = {key: c for c, key in enumerate(self.keys)}
-        self.kid = [np.searchsorted(live, kid).astype(np.int64) for kid in self.kid]
+        self.row_codes = [np.searchsorted(live, side_codes).astype(np.int64) for side_codes in self.row_codes]
 
     # --- state ---------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"keys": self.keys, "kid": self.kid,
+        """The buffers as plain arrays (``kid``: the saved name of ``row_codes``)."""
+        return {"keys": self.keys, "kid": self.row_codes,
                 "rows": [(r.hi, r.lo, r.block.edges, r.block.probs, r.template, r.ids, r.attrs) for r in self.rows]}
 
     @classmethod
@@ -121,7 +123,7 @@ class Held:
         held = cls()
         held.keys = list(state["keys"])
         held.codes = {key: c for c, key in enumerate(held.keys)}
-        held.kid = [np.asarray(kid, dtype=np.int64) for kid in state["kid"]]
+        held.row_codes = [np.asarray(side_codes, dtype=np.int64) for side_codes in state["kid"]]
         held.rows = [Rows(hi, lo, HistogramBlock(edges, probs), template, ids, attrs)
                      for hi, lo, edges, probs, template, ids, attrs in state["rows"]]
         return held

@@ -1,5 +1,14 @@
-"""What a join shows of its work: near misses, partition samples, newly buffered
-events, and the probability curve of one event (the dashboard's inspector)."""
+"""What a join shows of its work, for the dashboard's inspector and the threshold tuner.
+
+* :class:`NearMisses`: a block's pairs with ``floor <= P < threshold``, counted, binned by
+  probability (exact what-ifs at thresholds on the bins' grid) and sampled;
+* :class:`ProbingRanges`: an event's partitions on its partner's max time, LPR / SR / RPR
+  (the PTJoin paper's Theorem 3 for a template event, from ``stime(phi_u, phi_v, delta)``;
+  its Eqs. 4-6 otherwise), for a few arriving events and for every match
+  (:attr:`~penumbra.operator.Match.partition`);
+* :func:`newly_buffered`: a few buffered events in the input's shape (the inspector's markers);
+* :func:`probability_curve`: the PTJoin paper's Figure 3 for one event.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +22,12 @@ from ..events import Event
 from ..probability import p_within
 from ..timestamps import Histogram
 from .matches import FoundPairs
+from .partitions import TemplateTables
 from .rows import Rows
 from .sides import Side
 
-__all__ = ["BUFFERED_SAMPLES", "Inspection", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES"]
+__all__ = ["BUFFERED_SAMPLES", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES", "NearMisses",
+           "ProbingRanges", "near_miss_bins", "near_miss_histogram", "newly_buffered", "probability_curve"]
 
 NEAR_MISS_SAMPLES = 20
 #: Near misses are counted by probability in bins of this width (a what-if is exact at
@@ -27,35 +38,73 @@ PARTITION_SAMPLES = 8
 BUFFERED_SAMPLES = 8
 
 
-def _range_of(x: float, ranges: dict[str, list[float]]) -> str | None:
-    """The probing range (``lpr``, ``sr``, ``rpr``) holding a partner's max time ``x``."""
-    for name in ("lpr", "sr", "rpr"):
-        lo, hi = ranges[name]
-        if lo <= x <= hi:
-            return name
-    return None
+def near_miss_bins(probs: np.ndarray) -> np.ndarray:
+    """How many of ``probs`` fall in each bin of width :data:`NEAR_MISS_BIN`."""
+    count = round(1 / NEAR_MISS_BIN)
+    # a probability on a bin edge (0.57 is 56.99999... * 0.01) belongs to the bin above it
+    return np.bincount(np.minimum((probs / NEAR_MISS_BIN + 1e-9).astype(np.int64), count - 1), minlength=count)
 
 
-class Inspection:
-    """Observations of the join's work, mixed into :class:`~.operator.JoinOperator`."""
+def near_miss_histogram(bins: np.ndarray) -> dict[str, int]:
+    """The count of each bin that has any, by its lower edge (``{"0.55": 3, ...}``)."""
+    return {f"{k * NEAR_MISS_BIN:.2f}": int(count) for k, count in enumerate(bins) if count}
 
-    def _near_misses(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray, probs: np.ndarray, near) -> None:
-        """Pairs with ``floor <= P < threshold``: counted, binned by probability, the first
-        few kept as samples."""
+
+class NearMisses:
+    """A block's near misses: pairs with ``floor <= P < threshold``, counted in ``totals``
+    (the operator's counters), binned by probability (:func:`near_miss_bins`), kept as
+    parts (what a shared plan splits) and the first few as samples with their events' ids
+    (``names``: the query's variables)."""
+
+    def __init__(self, names: tuple[str, str], totals: dict[str, int]):
+        self.names = names
+        self.totals = totals
+        self.parts: list[FoundPairs] = []
+        self.bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
+        self.samples: list[dict] = []
+
+    def add(self, a: Rows, b: Rows, ia: np.ndarray, ib: np.ndarray, probs: np.ndarray) -> None:
+        """The pairs ``(a[ia], b[ib])``, of probabilities ``probs``."""
         self.totals["near_misses"] += len(ia)
-        self._near_parts.append(FoundPairs(a, ia, b, ib, probs))
-        # a probability on a bin edge (0.57 is 56.99999... * 0.01) belongs to the bin above it
-        bins = np.minimum((probs / NEAR_MISS_BIN + 1e-9).astype(np.int64), len(self._near_bins) - 1)
-        self._near_bins += np.bincount(bins, minlength=len(self._near_bins))
-        for m in range(min(len(ia), max(0, NEAR_MISS_SAMPLES - len(near)))):
-            near.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
-                         "prob": float(probs[m])})
+        self.parts.append(FoundPairs(a, ia, b, ib, probs))
+        self.bins += near_miss_bins(probs)
+        for m in range(min(len(ia), max(0, NEAR_MISS_SAMPLES - len(self.samples)))):
+            self.samples.append({"events": {self.names[0]: a.ids[ia[m]], self.names[1]: b.ids[ib[m]]},
+                                 "prob": float(probs[m])})
 
-    def _pair_partitions(self, lo: np.ndarray, hi: np.ndarray, template: np.ndarray,
-                         partner_hi: np.ndarray) -> list[str | None]:
+    def histogram(self) -> dict[str, int]:
+        """:func:`near_miss_histogram` of the block."""
+        return near_miss_histogram(self.bins)
+
+
+class ProbingRanges:
+    """The partitions of an event of side ``k`` on the partner side's max time at one
+    threshold: LPR / SR / RPR by Theorem 3 for a template event (``tables``: Theorem 2's
+    tables for A events, ``tables_ba`` the same with the roles swapped; None: no template
+    shortcut), else by Eqs. 4-6 with the partner stream's pi (no bound when it has none)."""
+
+    def __init__(self, d: float, sides: tuple[Side, Side], tables: TemplateTables | None,
+                 tables_ba: TemplateTables | None):
+        self.d = d
+        self.sides = sides
+        self.tables = tables
+        self.tables_ba = tables_ba
+
+    def of_event(self, k: int, lo: float, hi: float, template: int) -> dict[str, list[float]]:
+        """LPR / SR / RPR of an event of side ``k`` (support ``lo``..``hi``, ``template``
+        index or -1)."""
+        if template >= 0 and self.tables is not None:
+            return (self.tables if k == 0 else self.tables_ba).probing_ranges(template, hi, self.d)
+        pi = self.sides[1 - k].longest_timestamp
+        pi = math.inf if pi is None else pi
+        return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],
+                "rpr": [lo + self.d, hi + self.d + pi]}
+
+    def of_pairs(self, lo: np.ndarray, hi: np.ndarray, template: np.ndarray,
+                 partner_hi: np.ndarray) -> list[str | None]:
         """For pairs of an A event (support ``lo``..``hi``, ``template`` index or -1) and a B
         event (max time ``partner_hi``): the probing range of the A event holding the B
-        event's max time, as :meth:`_ranges` and the inspector place a partner: ``lpr``,
+        event's max time, as :meth:`of_event` and the inspector place a partner: ``lpr``,
         ``sr`` or ``rpr`` (the first that holds it, bounds included), None outside them all."""
         d = self.d
         pi = self.sides[1].longest_timestamp
@@ -83,71 +132,71 @@ class Inspection:
         names = ("lpr", "sr", "rpr", None)
         return [names[k] for k in place.tolist()]
 
-    def _partition_sample(self, new: list[Rows], count: int) -> list[dict]:
-        """Partition bounds (on the partner's max time) of a few arriving events."""
+    def samples(self, new: list[Rows], count: int) -> list[dict]:
+        """The partitions of up to ``count`` arriving events (``new``: rows of A and of B)."""
         out = []
         for k in (0, 1):
-            partner = self.sides[1 - k]
             for i in range(min(count - len(out), len(new[k]))):
                 out.append({"stream": self.sides[k].var, "id": new[k].ids[i],
-                            **self._ranges(k, new[k].lo[i], new[k].hi[i], int(new[k].template[i]), partner)})
+                            **self.of_event(k, new[k].lo[i], new[k].hi[i], int(new[k].template[i]))})
         return out
 
-    def _as_events(self, k: int, rows: Rows, count: int) -> list[dict]:
-        """The first ``count`` of ``rows`` (side ``k``) as events in the input's shape, with
-        their timestamps as admitted (:meth:`Rows.timestamp`)."""
-        side = self.sides[k]
-        return [{"stream": side.stream, "id": rows.ids[i], "ts": rows.timestamp(i, side.template_names)}
-                for i in range(min(count, len(rows)))]
 
-    def _ranges(self, k: int, lo: float, hi: float, template: int, partner: Side) -> dict:
-        """LPR / SR / RPR: Theorem 3 for a template event; otherwise Eqs. 4-6, with the
-        partner stream's pi (or no bound when it has none)."""
-        if template >= 0 and self.tables is not None:
-            return (self.tables if k == 0 else self.tables_ba).probing_ranges(template, hi, self.d)
-        pi = partner.longest_timestamp
-        pi = math.inf if pi is None else pi
-        return {"lpr": [lo - self.d, hi - self.d + pi], "sr": [hi - self.d + pi, lo + self.d],
-                "rpr": [lo + self.d, hi + self.d + pi]}
+def newly_buffered(side: Side, rows: Rows, count: int) -> list[dict]:
+    """The first ``count`` of ``rows`` (of ``side``) as events in the input's shape, with
+    their timestamps as admitted (:meth:`Rows.timestamp`)."""
+    return [{"stream": side.stream, "id": rows.ids[i], "ts": rows.timestamp(i, side.template_names)}
+            for i in range(min(count, len(rows)))]
 
-    def probability_curve(self, event: Event, points: int = 200,
-                          partners: Sequence[Event] = ()) -> dict[str, Any]:
-        """Figure 3 of the PTJoin paper (Figure 1 of the interval paper for intervals):
-        ``P(|X_e - X_partner| <= d)`` as the partner's max time ``x`` moves, one curve per
-        partner template (or for the partner stream's shortest and longest interval), with
-        the threshold and the probing ranges. ``partners`` (events of the other stream,
-        e.g. an observation's ``buffered`` sample) come back as points: each one's max time,
-        its probability with ``event``, and the probing range its max time falls in (None:
-        outside them all)."""
-        k = next((k for k, s in enumerate(self.sides) if s.stream == event.stream.casefold()), None)
-        if k is None:
-            raise ValidationError("stream", f"{event.stream!r} is not a source of this join")
-        side, partner = self.sides[k], self.sides[1 - k]
-        admitted = side.admit(event)
-        if isinstance(admitted, str):
-            raise ValidationError("ts", admitted)
-        histogram, template = admitted
-        shapes = dict(partner.params.templates)
-        if not shapes:
-            lengths = {partner.params.shortest, partner.params.longest} - {None} or {histogram.length}
-            shapes = {f"length {length:g}": Histogram.uniform(-length, 0.0) for length in sorted(lengths) if length > 0}
-        reach = max((h.length for h in shapes.values()), default=0.0)
-        x = np.linspace(histogram.lo - self.d - reach, histogram.hi + self.d + reach, points)
-        curves = {}
-        for name, shape in shapes.items():
-            moved = [shape.shift(t - shape.hi) for t in x]
-            curves[name] = [p_within(histogram, h, self.d) for h in moved]
-        ranges = self._ranges(k, histogram.lo, histogram.hi, template, partner)
-        points_out = []
-        for other in partners:
-            if other.stream.casefold() != partner.stream:
-                raise ValidationError("partners", f"{other.id!r} is of stream {other.stream!r}, not of the partner "
-                                                  f"stream {partner.stream!r}")
-            got = partner.admit(other)
-            if isinstance(got, str):
-                raise ValidationError("partners", f"{other.id!r}: {got}")
-            h = got[0]
-            points_out.append({"id": other.id, "x": h.hi, "prob": p_within(histogram, h, self.d),
-                               "partition": _range_of(h.hi, ranges)})
-        return {"x": x.tolist(), "curves": curves, "threshold": self.threshold, "floor": self.floor,
-                **ranges, "partners": points_out}
+
+def probability_curve(event: Event, ranges: ProbingRanges, threshold: float, floor: float, points: int = 200,
+                      partners: Sequence[Event] = ()) -> dict[str, Any]:
+    """Figure 3 of the PTJoin paper (Figure 1 of the interval paper for intervals):
+    ``P(|X_e - X_partner| <= d)`` as the partner's max time ``x`` moves, one curve per
+    partner template (or for the partner stream's shortest and longest interval), with
+    the threshold and the probing ranges. ``partners`` (events of the other stream,
+    e.g. an observation's ``buffered`` sample) come back as points: each one's max time,
+    its probability with ``event``, and the probing range its max time falls in (None:
+    outside them all). ``ranges`` gives the join's sides, window and probing ranges."""
+    sides, d = ranges.sides, ranges.d
+    k = next((k for k, s in enumerate(sides) if s.stream == event.stream.casefold()), None)
+    if k is None:
+        raise ValidationError("stream", f"{event.stream!r} is not a source of this join")
+    side, partner = sides[k], sides[1 - k]
+    admitted = side.admit(event)
+    if isinstance(admitted, str):
+        raise ValidationError("ts", admitted)
+    histogram, template = admitted
+    shapes = dict(partner.params.templates)
+    if not shapes:
+        lengths = {partner.params.shortest, partner.params.longest} - {None} or {histogram.length}
+        shapes = {f"length {length:g}": Histogram.uniform(-length, 0.0) for length in sorted(lengths) if length > 0}
+    reach = max((h.length for h in shapes.values()), default=0.0)
+    x = np.linspace(histogram.lo - d - reach, histogram.hi + d + reach, points)
+    curves = {}
+    for name, shape in shapes.items():
+        moved = [shape.shift(t - shape.hi) for t in x]
+        curves[name] = [p_within(histogram, h, d) for h in moved]
+    event_ranges = ranges.of_event(k, histogram.lo, histogram.hi, template)
+    points_out = []
+    for other in partners:
+        if other.stream.casefold() != partner.stream:
+            raise ValidationError("partners", f"{other.id!r} is of stream {other.stream!r}, not of the partner "
+                                              f"stream {partner.stream!r}")
+        got = partner.admit(other)
+        if isinstance(got, str):
+            raise ValidationError("partners", f"{other.id!r}: {got}")
+        h = got[0]
+        points_out.append({"id": other.id, "x": h.hi, "prob": p_within(histogram, h, d),
+                           "partition": _range_of(h.hi, event_ranges)})
+    return {"x": x.tolist(), "curves": curves, "threshold": threshold, "floor": floor,
+            **event_ranges, "partners": points_out}
+
+
+def _range_of(x: float, ranges: dict[str, list[float]]) -> str | None:
+    """The probing range (``lpr``, ``sr``, ``rpr``) holding a partner's max time ``x``."""
+    for name in ("lpr", "sr", "rpr"):
+        lo, hi = ranges[name]
+        if lo <= x <= hi:
+            return name
+    return None

@@ -3,14 +3,18 @@
 Pairs ``a`` from stream A and ``b`` from stream B are a match when
 ``P(|X_a - X_b| <= d) >= delta``. Every strategy returns exactly the pairs a brute-force
 join of all non-late events would, with their exact probabilities; they differ in how
-much work it takes (:mod:`.strategies`, and :mod:`.lookup` for ``lazy_lookup``). What
-the operator shows of its work is in :mod:`.inspection`.
+much work it takes (:mod:`.strategies`; the pairs are decided by :mod:`.probe`, with
+:mod:`.lookup` for ``lazy_lookup``). What the operator shows of its work is in
+:mod:`.inspection`.
 
-Time is the data's: the watermark is the largest max time seen. An event whose max time
-plus its stream's max delay D is below the watermark when it arrives is late: not joined,
-returned with the reason. Buffers keep an event while some future, non-late partner could
-still reach the threshold floor (Theorem 4 for template streams; the zero-probability
-bound otherwise), so moving the threshold anywhere down to the floor loses no match.
+The operator owns time and state: the sides (:mod:`.sides`), the threshold and floor with
+their Theorem 2 tables and Theorem 4 offsets, the watermark, the buffers (:mod:`.held`),
+the look-up table and the counters. Time is the data's: the watermark is the largest max
+time seen. An event whose max time plus its stream's max delay D is below the watermark
+when it arrives is late: not joined, returned with the reason. Buffers keep an event while
+some future, non-late partner could still reach the threshold floor (Theorem 4 for
+template streams; the zero-probability bound otherwise), so moving the threshold anywhere
+down to the floor loses no match.
 """
 
 from __future__ import annotations
@@ -30,17 +34,18 @@ from ..state import StateError, unpickle
 from ..timestamps import Histogram
 from .arrivals import Arrivals
 from .held import Held
-from .inspection import BUFFERED_SAMPLES, NEAR_MISS_BIN, NEAR_MISS_SAMPLES, PARTITION_SAMPLES, Inspection
+from .inspection import (
+    BUFFERED_SAMPLES, PARTITION_SAMPLES, NearMisses, ProbingRanges, newly_buffered, probability_curve,
+)
 from .lookup import LookupTable
-from .matches import FoundPairs, JoinMatches
+from .matches import JoinMatches
 from .partitions import TemplateTables
+from .probe import Probe
 from .sides import Side
-from .strategies import Strategies
+from .strategies import DEFAULT_STRATEGY, STRATEGIES, join_block
 
-__all__ = ["DEFAULT_FLOOR", "JoinOperator", "STRATEGIES"]
+__all__ = ["DEFAULT_FLOOR", "JoinOperator"]
 
-STRATEGIES = ("simple", "ssort", "eager", "lazy", "lazy_lookup")
-DEFAULT_STRATEGY = "lazy"
 DEFAULT_FLOOR = 0.05
 _COUNTERS = ("events", "matches", "late", "rejected", "filtered", "unkeyed", "other_group", "ignored",
              "pairs", "void", "certain", "decided_by_templates", "probed", "lookup_hits",
@@ -65,7 +70,7 @@ def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
     return saved
 
 
-class JoinOperator(Strategies, LookupTable, Inspection, Operator):
+class JoinOperator(Operator):
     """``P(|X_A - X_B| <= d) >= delta`` over two streams; see the module docstring."""
 
     kind = "join"
@@ -94,8 +99,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             self.floor = self.threshold
         self.watermark = -math.inf
         self.held = Held()           # the stream buffers of every key (held.py)
-        self.lookup = (np.empty(0, dtype=np.int64), np.empty(0))
-        self.shape_ids: tuple[dict[float, int], dict[float, int]] = ({}, {})
+        self.lookup = LookupTable((len(self.sides[0].templates), len(self.sides[1].templates)))
         self.totals = dict.fromkeys(_COUNTERS, 0)
         self.self_join = self.sides[0].stream == self.sides[1].stream
         self._build_tables()
@@ -124,12 +128,14 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
 
     def _threshold_tables(self) -> None:
         """Theorem 2 tables at the current threshold, for A events (``tables``) and, for
-        B events' probing ranges, with the roles swapped (``tables_ba``)."""
+        B events' probing ranges, with the roles swapped (``tables_ba``); the probing ranges
+        they give."""
         a, b = self.sides
         self.tables = TemplateTables.build(a.templates, b.templates, self.threshold) \
             if self.templates_apply else None
         self.tables_ba = TemplateTables.build(b.templates, a.templates, self.threshold) \
             if self.templates_apply else None
+        self.probing_ranges = ProbingRanges(self.d, self.sides, self.tables, self.tables_ba)
 
     def checked_threshold(self, threshold: float) -> float:
         """``threshold`` if this join can move to it, else a clear error."""
@@ -172,27 +178,21 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         columns = events if isinstance(events, EventColumns) else EventColumns.from_events(events)
         before = dict(self.totals)
         arrived, late = self._arrive(columns, prior)
-        matches: list[FoundPairs] = []
-        near: list[dict] = []
-        self._near_bins = np.zeros(round(1 / NEAR_MISS_BIN), dtype=np.int64)
-        self._near_parts: list[FoundPairs] = []
+        near = NearMisses(self.names, self.totals)
+        probe = Probe(d=self.d, threshold=self.threshold, floor=self.floor, tables=self.tables,
+                      floor_tables=self.floor_tables, self_join=self.self_join,
+                      lookup=self.lookup if self.strategy == "lazy_lookup" else None, near=near, totals=self.totals)
         partitions: list[dict] = []
         buffered: list[list[dict]] = [[], []]
-        if not arrived.keys:
-            blocks = []
-        elif self.strategy in ("lazy", "lazy_lookup"):
-            blocks = [self._join_keys(arrived.codes(self.held), arrived.new, arrived.new_codes(self.held), matches, near)]
-        else:
-            blocks = self._join_per_key(arrived.codes(self.held), arrived.per_key(), matches, near)
-        for rows in blocks:
+        for rows in join_block(self.strategy, self.held, arrived, probe):
             if len(partitions) < PARTITION_SAMPLES:
-                partitions.extend(self._partition_sample(rows, PARTITION_SAMPLES - len(partitions)))
+                partitions.extend(self.probing_ranges.samples(rows, PARTITION_SAMPLES - len(partitions)))
             for k in (0, 1):
                 if len(buffered[k]) < BUFFERED_SAMPLES:
-                    buffered[k].extend(self._as_events(k, rows[k], BUFFERED_SAMPLES - len(buffered[k])))
+                    buffered[k].extend(newly_buffered(self.sides[k], rows[k], BUFFERED_SAMPLES - len(buffered[k])))
         evicted = self.evict(self.watermark)
-        result = JoinMatches(self.names, matches, self.sides[0].key, arrived, self._pair_partitions,
-                             tuple((side.stream, side.template_names) for side in self.sides), self._near_parts,
+        result = JoinMatches(self.names, probe.found, self.sides[0].key, arrived, self.pair_partitions,
+                             tuple((side.stream, side.template_names) for side in self.sides), near.parts,
                              self.sides[1].key)
         self.totals["matches"] += len(result)
         observations = {
@@ -201,9 +201,8 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
             "buffers": self.buffer_lengths(),
             "buffer_bounds": self.buffer_bounds(),
             "evicted": evicted,
-            "near_misses": near[:NEAR_MISS_SAMPLES],
-            "near_miss_histogram": {f"{k * NEAR_MISS_BIN:.2f}": int(count)
-                                    for k, count in enumerate(self._near_bins) if count},
+            "near_misses": near.samples,
+            "near_miss_histogram": near.histogram(),
             "partitions": partitions,
             "newly_buffered": buffered[0] + buffered[1],
             "threshold": self.threshold,
@@ -368,6 +367,17 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
     def buffer_lengths(self) -> dict[str, int]:
         return {side.var: n for side, n in zip(self.sides, self.held.lengths())}
 
+    # --- inspection ----------------------------------------------------------------------
+
+    def pair_partitions(self, lo: np.ndarray, hi: np.ndarray, template: np.ndarray,
+                        partner_hi: np.ndarray) -> list[str | None]:
+        """Each pair's probing range at the threshold in force (:meth:`ProbingRanges.of_pairs`)."""
+        return self.probing_ranges.of_pairs(lo, hi, template, partner_hi)
+
+    def probability_curve(self, event: Event, points: int = 200, partners: Sequence[Event] = ()) -> dict[str, Any]:
+        """The PTJoin paper's Figure 3 for ``event`` (:func:`.inspection.probability_curve`)."""
+        return probability_curve(event, self.probing_ranges, self.threshold, self.floor, points, partners)
+
     # --- counters ------------------------------------------------------------------------
 
     @property
@@ -379,7 +389,7 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
     def state_fields(self) -> dict[str, Any]:
         return {"query": self.query, "streams": self.streams.to_json(), "floor": self.floor,
                 "threshold": self.threshold, "watermark": self.watermark, "totals": self.totals,
-                "lookup": self.lookup, "shape_ids": self.shape_ids, "key_group": self.key_group,
+                "lookup": self.lookup.entries, "shape_ids": self.lookup.shape_ids, "key_group": self.key_group,
                 "held": self.held.state()}
 
     @classmethod
@@ -389,7 +399,6 @@ class JoinOperator(Strategies, LookupTable, Inspection, Operator):
         op.watermark = fields["watermark"]
         op.totals = fields["totals"]
         op.key_group = fields["key_group"]
-        op.lookup = fields["lookup"]
-        op.shape_ids = fields["shape_ids"]
+        op.lookup = LookupTable(op.lookup.template_counts, fields["lookup"], fields["shape_ids"])
         op.held = Held.from_state(fields["held"])
         return op

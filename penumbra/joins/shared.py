@@ -107,7 +107,7 @@ class Plan:
             if self.thresholds[member.id] != self.threshold:
                 own = JoinOperator(member.operator.query, member.operator.streams)
                 own.set_threshold(self.thresholds[member.id])
-                self._partition_of[member.id] = own._pair_partitions
+                self._partition_of[member.id] = own.pair_partitions
 
     def concerned(self, events: Sequence[Event]) -> np.ndarray:
         """Events some member is concerned with (:meth:`JoinOperator.concerned`)."""
