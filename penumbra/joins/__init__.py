@@ -1,4 +1,5 @@
-"""The probabilistic timing join: PTJoin partitions and the interval paper's strategies."""
+"""The probabilistic timing join: PTJoin partitions and the interval paper's strategies
+(docs/joins.md, "Code", says which module holds what)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from .partitions import TemplateTables
 from .rows import Rows
 from .sides import Side
 
-__all__ = ["BUFFERED_SAMPLES", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "PARTITION_SAMPLES", "NearMisses",
+__all__ = ["BUFFERED_SAMPLES", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "NearMisses", "PARTITION_SAMPLES",
            "ProbingRanges", "near_miss_bins", "near_miss_histogram", "newly_buffered", "probability_curve"]
 
 NEAR_MISS_SAMPLES = 20

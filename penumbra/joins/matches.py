@@ -18,7 +18,7 @@ from ..operator import Match
 from .arrivals import Arrivals
 from .rows import Rows
 
-__all__ = ["FoundPairs", "JoinMatches"]
+__all__ = ["FoundPairs", "JoinMatches", "gather"]
 
 #: the probing range of each pair, from its A event's support (min, max), template index and
 #: its B event's max time: ``lpr``, ``sr``, ``rpr`` or None
@@ -63,17 +63,17 @@ class JoinMatches(Sequence[Match]):
 
     @cached_property
     def a_ids(self) -> np.ndarray:
-        return self._gather(0, "ids")
+        return self.column(0, "ids")
 
     @cached_property
     def b_ids(self) -> np.ndarray:
-        return self._gather(2, "ids")
+        return self.column(1, "ids")
 
     @cached_property
     def times(self) -> list[dict[str, tuple[float, float]]]:
         """Each match's :attr:`Match.times`: both events' supports (first edge, max time)."""
         a, b = self.names
-        bounds = [self._gather(k, side).tolist() for k in (0, 2) for side in ("lo", "hi")]
+        bounds = [self.column(k, name).tolist() for k in (0, 1) for name in ("lo", "hi")]
         return [{a: (a_lo, a_hi), b: (b_lo, b_hi)} for a_lo, a_hi, b_lo, b_hi in zip(*bounds)]
 
     @cached_property
@@ -111,8 +111,8 @@ class JoinMatches(Sequence[Match]):
         """Each match's :attr:`Match.partition`."""
         if self._partition_of is None or not len(self):
             return [None] * len(self)
-        return self._partition_of(self._gather(0, "lo"), self._gather(0, "hi"), self._gather(0, "template"),
-                                  self._gather(2, "hi"))
+        return self._partition_of(self.column(0, "lo"), self.column(0, "hi"), self.column(0, "template"),
+                                  self.column(1, "hi"))
 
     @cached_property
     def records(self) -> list[dict[str, dict] | None]:
@@ -139,11 +139,9 @@ class JoinMatches(Sequence[Match]):
         return JoinMatches(self.names, parts, self._key_names, self._arrivals, partition_of or self._partition_of,
                            self._sources, b_key_names=self._b_key_names)
 
-    def _gather(self, k: int, column: str) -> np.ndarray:
-        """``column`` of every match's A event (``k`` 0) or B event (``k`` 2), in order."""
-        if not self._parts:
-            return np.empty(0, dtype=object if column == "ids" else float)
-        return np.concatenate([getattr(part[k], column)[part[k + 1]] for part in self._parts])
+    def column(self, k: int, name: str) -> np.ndarray:
+        """:func:`gather` over the block's matches."""
+        return gather(self._parts, k, name)
 
     def __getitem__(self, k):
         if isinstance(k, slice):
@@ -157,6 +155,14 @@ class JoinMatches(Sequence[Match]):
                 self.a_ids.tolist(), self.b_ids.tolist(), self.probs.tolist(), self.keys, self.times, self.partitions,
                 self.records):
             yield Match({a: a_id, b: b_id}, prob, key=key, times=times, partition=partition, records=records)
+
+
+def gather(parts: Sequence[FoundPairs], k: int, name: str) -> np.ndarray:
+    """The :class:`Rows` column ``name`` of every pair's event of side ``k`` (0: A, 1: B),
+    over ``parts`` in order."""
+    if not parts:
+        return np.empty(0, dtype=object if name == "ids" else float)
+    return np.concatenate([getattr(part[2 * k], name)[part[2 * k + 1]] for part in parts])
 
 
 def _events_of(rows: Rows, index: np.ndarray, stream: str, template_names: list[str]) -> list[dict]:

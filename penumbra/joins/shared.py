@@ -44,8 +44,9 @@ from ..operator import BlockResult, Clock
 from ..probability import meets
 from ..query import JoinQuery
 from ..query.block import block_filter
-from .inspection import NEAR_MISS_BIN, NEAR_MISS_SAMPLES
-from .operator import JoinMatches, JoinOperator
+from .inspection import NEAR_MISS_SAMPLES, near_miss_bins, near_miss_histogram
+from .matches import FoundPairs, JoinMatches, gather
+from .operator import JoinOperator
 
 __all__ = ["Member", "Plan", "is_plan", "members_plan", "plan_key"]
 
@@ -92,12 +93,12 @@ class Plan:
         self.thresholds: dict[str, float] = {}
         self.refused: dict[str, str] = {}
         for member in members:
-            own = member.operator
+            member_join = member.operator
             try:
-                wanted = own.query.threshold if member.threshold is None else member.threshold
-                self.thresholds[member.id] = own.checked_threshold(wanted)
+                wanted = member_join.query.threshold if member.threshold is None else member.threshold
+                self.thresholds[member.id] = member_join.checked_threshold(wanted)
             except ValidationError as error:
-                self.thresholds[member.id] = own.query.threshold
+                self.thresholds[member.id] = member_join.query.threshold
                 self.refused[member.id] = str(error)
         self.threshold = min(self.thresholds.values())
         # a match's probing range (Theorem 3) is read at its join's threshold: a member at
@@ -105,9 +106,9 @@ class Plan:
         self._partition_of = {}
         for member in members:
             if self.thresholds[member.id] != self.threshold:
-                own = JoinOperator(member.operator.query, member.operator.streams)
-                own.set_threshold(self.thresholds[member.id])
-                self._partition_of[member.id] = own.pair_partitions
+                at_member_threshold = JoinOperator(member.operator.query, member.operator.streams)
+                at_member_threshold.set_threshold(self.thresholds[member.id])
+                self._partition_of[member.id] = at_member_threshold.pair_partitions
 
     def concerned(self, events: Sequence[Event]) -> np.ndarray:
         """Events some member is concerned with (:meth:`JoinOperator.concerned`)."""
@@ -139,21 +140,21 @@ class Plan:
         return out
 
     def _share(self, member: Member, block: _Block) -> BlockResult:
-        own, threshold = member.operator, self.thresholds[member.id]
+        member_join, threshold = member.operator, self.thresholds[member.id]
         # one floor for the plan (it is in the plan's key): what the plan keeps below the
         # member's threshold are the member's near misses
         keep = meets(block.probs, threshold)
         below = ~keep
         in_near = ~meets(block.near.probs, threshold)
-        for k, side in enumerate(own.sides):
+        for k, side in enumerate(member_join.sides):
             if side.filters:
                 passing, passing_near = block.passing(k, side)
                 keep &= passing
                 below &= passing
                 in_near &= passing_near
-        mine = block.matches.select(keep, self._partition_of.get(member.id)) if block.matches is not None else []
-        share = BlockResult(mine, _late_of(own, block.result.late), dict(block.result.observations))
-        _observe(share, own, threshold, block, in_near, below)
+        matches = block.matches.select(keep, self._partition_of.get(member.id)) if block.matches is not None else []
+        share = BlockResult(matches, _late_of(member_join, block.result.late), dict(block.result.observations))
+        _observe(share, member_join, threshold, block, in_near, below)
         if member.id in self._partition_of and "partitions" in share.observations:
             share.observations["partitions"] = []    # samples at the plan's threshold, not the member's
         if member.id in self.refused:
@@ -161,27 +162,27 @@ class Plan:
         return share
 
 
-def _late_of(own: JoinOperator, late: list) -> list:
-    """The late and rejected events of the block that ``own`` would report: one per side
+def _late_of(member_join: JoinOperator, late: list) -> list:
+    """The late and rejected events of the block that ``member_join`` would report: one per side
     reading the event's stream whose conditions it passes (the plan reports one per side)."""
     out, seen = [], {}
     for item in late:
-        sides = [k for k, side in enumerate(own.sides) if side.stream == item.event.stream.casefold()]
+        sides = [k for k, side in enumerate(member_join.sides) if side.stream == item.event.stream.casefold()]
         nth = seen.get(id(item.event), 0)
         seen[id(item.event)] = nth + 1
-        side = own.sides[sides[min(nth, len(sides) - 1)]]
+        side = member_join.sides[sides[min(nth, len(sides) - 1)]]
         if not side.filters or bool(block_filter(list(side.filters), side.var, [item.event.attrs])[0]):
             out.append(item)
     return out
 
 
-def _observe(share: BlockResult, own: JoinOperator, threshold: float, block: _Block, in_near: np.ndarray,
+def _observe(share: BlockResult, member_join: JoinOperator, threshold: float, block: _Block, in_near: np.ndarray,
              below: np.ndarray) -> None:
     """The member's own figures in place of the plan's: matches, near misses (those of the
     plan's near misses and of its matches below the member's threshold), late counts,
     threshold and floor."""
     observations = share.observations
-    observations["threshold"], observations["floor"] = threshold, own.floor
+    observations["threshold"], observations["floor"] = threshold, member_join.floor
     if "counters" in observations:
         counters = observations["counters"] = dict(observations["counters"])
         counters["matches"] = len(share.matches)
@@ -190,7 +191,7 @@ def _observe(share: BlockResult, own: JoinOperator, threshold: float, block: _Bl
         counters["near_misses"] = int(in_near.sum() + below.sum())
     if "near_miss_histogram" not in observations:
         return
-    a, b = own.names
+    a, b = member_join.names
     near, matches = block.near, block.matches
     picked = np.flatnonzero(in_near)
     samples = [{"events": {a: near.ids[0][i], b: near.ids[1][i]}, "prob": float(near.probs[i])}
@@ -200,10 +201,7 @@ def _observe(share: BlockResult, own: JoinOperator, threshold: float, block: _Bl
                 for i in missed.tolist()]
     observations["near_misses"] = samples
     found = np.concatenate([near.probs[in_near], block.probs[below]])
-    bins = np.bincount(np.minimum((found / NEAR_MISS_BIN + 1e-9).astype(np.int64), round(1 / NEAR_MISS_BIN) - 1),
-                       minlength=round(1 / NEAR_MISS_BIN))
-    observations["near_miss_histogram"] = {f"{k * NEAR_MISS_BIN:.2f}": int(count)
-                                           for k, count in enumerate(bins) if count}
+    observations["near_miss_histogram"] = near_miss_histogram(near_miss_bins(found))
 
 
 class _Block:
@@ -221,7 +219,7 @@ class _Block:
     def passing(self, k: int, side) -> tuple[np.ndarray, np.ndarray]:
         """Which matches and which near misses pass ``side``'s conditions (side ``k``)."""
         if self._attrs[k] is None:
-            self._attrs[k] = self.matches._gather(2 * k, "attrs").tolist() if len(self.probs) else []
+            self._attrs[k] = self.matches.column(k, "attrs").tolist() if len(self.probs) else []
         terms = list(side.filters)
         return (block_filter(terms, side.var, self._attrs[k], self._columns[k]),
                 block_filter(terms, side.var, self.near.attrs(k), self._columns[2 + k]))
@@ -232,23 +230,18 @@ class _Near:
     (gathered when first read: only the members with conditions read attributes, and only
     the samples read ids)."""
 
-    def __init__(self, parts: list):
+    def __init__(self, parts: list[FoundPairs]):
         self._parts = parts
         self._attrs: dict[int, list] = {}
-        self.probs = np.concatenate([part[4] for part in parts]) if parts else np.empty(0)
-
-    def _gathered(self, k: int, column: str) -> list:
-        if not self._parts:
-            return []
-        return np.concatenate([getattr(part[2 * k], column)[part[2 * k + 1]] for part in self._parts]).tolist()
+        self.probs = np.concatenate([part.probs for part in parts]) if parts else np.empty(0)
 
     @cached_property
     def ids(self) -> tuple[list, list]:
-        return self._gathered(0, "ids"), self._gathered(1, "ids")
+        return gather(self._parts, 0, "ids").tolist(), gather(self._parts, 1, "ids").tolist()
 
     def attrs(self, k: int) -> list:
         if k not in self._attrs:
-            self._attrs[k] = self._gathered(k, "attrs")
+            self._attrs[k] = gather(self._parts, k, "attrs").tolist()
         return self._attrs[k]
 
 
