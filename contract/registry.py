@@ -25,7 +25,7 @@ from .entries import audit_entry
 from .keys import Keys
 
 __all__ = ["ERROR_CHARS", "MAX_QUERIES", "MAX_STREAMS", "TOMBSTONE_SECONDS", "VERSION_RETENTION_SECONDS", "Registry",
-           "RegistryError", "RegistryFull", "check_entry", "validated_query"]
+           "RegistryError", "RegistryFull", "check_entry", "entry_operator", "validated_query"]
 
 #: How long an old registry version stays readable (a replayed micro-batch reads the
 #: version it was planned with).
@@ -286,3 +286,15 @@ def check_entry(entry: dict, streams: Mapping[str, Any], *, registered: bool = F
     """The operator of a query entry the job can run (:func:`validated_query`), the streams
     as registered (JSON parameters); ``registered``: every stream it reads must be among them."""
     return validated_query(entry["text"], entry.get("threshold"), parse_streams(streams), registered=registered)[1]
+
+
+def entry_operator(entry: dict) -> Operator | None:
+    """The operator of a registry entry over the streams it was registered with, at its
+    registered threshold; None for an entry the core cannot build again (or one the
+    archive alone knows, without a text)."""
+    if not entry.get("text"):
+        return None
+    try:
+        return check_entry(entry, entry.get("streams") or {})
+    except PenumbraError:
+        return None

@@ -3,7 +3,7 @@
 For each key with rows in a micro-batch, Spark calls :meth:`GroupProcessor.handleInputRows`
 with the group's events and ticks. The key is a unit's (:class:`~spark_jobs.routing.Unit`):
 a query, or the joins run as one plan. The work itself is the core's
-(:func:`penumbra.keyed.step`, or :meth:`penumbra.joins.shared.Plan.step` for a plan, whose
+(:func:`penumbra.keyed.step`, or :meth:`penumbra.plans.Plan.step` for a plan, whose
 result is split among its queries); this module only moves its state in and out of Spark's
 state store (RocksDB) and turns its results into rows for the sink, each under its query.
 
@@ -33,7 +33,7 @@ from contract.entries import encode
 from contract.results import match_payload
 from penumbra.events import collector_paused
 from penumbra.keyed import GroupState, step
-from penumbra.joins.shared import is_plan
+from penumbra.plans import is_plan
 from penumbra.keygroups import KeyGroup
 from penumbra.operator import merge_clocks
 

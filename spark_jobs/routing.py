@@ -2,7 +2,7 @@
 
 A unit is what the job keeps state for (:class:`Unit`): a query, or the running joins that
 differ only in one-source conditions and thresholds, run as one plan
-(:mod:`penumbra.joins.shared`) under the plan's key.
+(:mod:`penumbra.plans`) under the plan's key.
 
 Runs on executors inside the source's ``read`` (:class:`~spark_jobs.source.IngestReader`),
 over each read partition of a micro-batch as it is read, so the entries cross from the
@@ -44,7 +44,7 @@ from contract.keys import Keys
 from contract.registry import ERROR_CHARS, Registry
 from penumbra.engine import build_operator
 from penumbra.events import Event, EventColumns, Streams, collector_paused, events_from_bytes, parse_streams
-from penumbra.joins.shared import Member, Plan, plan_key
+from penumbra.plans import Member, Plan, plan_key
 from penumbra.keygroups import Routing
 from penumbra.operator import Clock, Operator, merge_clocks
 from penumbra.query import parse
@@ -73,7 +73,7 @@ class CompiledQuery:
 @dataclass
 class Unit:
     """What the job keeps state for, under its ``id``: one query (its id), or the running
-    joins of one :func:`~penumbra.joins.shared.plan_key` as one :class:`~penumbra.joins.shared.Plan`
+    joins of one :func:`~penumbra.plans.plan_key` as one :class:`~penumbra.plans.Plan`
     (the plan's key: its members come and go, its state stays)."""
 
     id: str

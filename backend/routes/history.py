@@ -14,17 +14,14 @@ import math
 import time
 from typing import Annotated, Literal
 
-import numpy as np
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from contract.history import Filters, period_of
 from contract.ingest import seen_sources
+from contract.registry import entry_operator
 from penumbra.calibration import precision_curve
-from penumbra.engine import build_operator
-from penumbra.events import parse_streams
-from penumbra.joins.inspection import NEAR_MISS_BIN
-from penumbra.query import parse
+from penumbra.tuning import backtest_grid
 
 from ..deps import ServiceDep, ViewerDep
 from ..errors import ApiError
@@ -161,19 +158,6 @@ def rates(who: ViewerDep, service: ServiceDep,
     return {"since": filters.period.since, "until": now, "items": items}
 
 
-def _floor(entry: dict, archive_floor: float) -> float:
-    """The lowest threshold the archive answers for: a join's near-miss floor (or the
-    archive's, when higher); for other queries their threshold (nothing below it is kept)."""
-    threshold = entry.get("threshold")
-    if entry.get("kind") != "join":
-        return float(threshold) if threshold is not None else 0.0
-    try:
-        floor = float(getattr(build_operator(parse(entry["text"]), parse_streams(entry["streams"])), "floor", 0.0))
-    except Exception:  # noqa: BLE001 - a query the core cannot build again: its threshold is the floor
-        return float(threshold or 0.0)
-    return max(floor, archive_floor)
-
-
 @router.get("/queries/{query_id}/backtest", response_model=BacktestOut, responses=errors(401, 403, 404),
             summary="Matches, alarms, precision and recall at each threshold over a period")
 def backtest(who: ViewerDep, query_id: str, entry: HistoryQueryDep, service: ServiceDep,
@@ -184,11 +168,8 @@ def backtest(who: ViewerDep, query_id: str, entry: HistoryQueryDep, service: Ser
     up; alarm counts are exact where every candidate at or above the threshold was a match
     (``exact``). Precision and recall come from the verdicts given on the period's matches."""
     filters, now = filters_of(since, until, last, key, None)
-    floor = _floor(entry, service.settings.archive_floor)
-    thresholds = np.linspace(floor, 1.0, steps)
-    if entry.get("kind") in ("join", None):
-        thresholds = sorted({min(1.0, math.ceil(t / NEAR_MISS_BIN - 1e-9) * NEAR_MISS_BIN) for t in thresholds})
-        thresholds = [round(t, 2) for t in thresholds]
+    thresholds = backtest_grid(entry_operator(entry), steps, archive_floor=service.settings.archive_floor,
+                               threshold=entry.get("threshold"))
     auto = entry.get("auto_resolve_minutes")
     answer = service.history.backtest(query_id, filters, thresholds,
                                       int(auto * 60_000) if isinstance(auto, (int, float)) else None)

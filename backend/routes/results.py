@@ -8,19 +8,18 @@ here, by the core's ``JoinOperator.probability_curve``.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Literal
 
-import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from contract.entries import read_match, read_observation
+from contract.registry import entry_operator
 from penumbra.engine import build_operator
 from penumbra.errors import ValidationError
 from penumbra.events import parse_event, parse_streams
-from penumbra.probability import meets
 from penumbra.query import parse
+from penumbra.tuning import what_if as candidates_at, window_floor
 
 from ..deps import QueryDep, ServiceDep, ViewerDep
 from ..errors import ApiError
@@ -149,68 +148,19 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     that grid and the counts are exact. Where a batch recorded only a sample of its near
     misses' probabilities (20 per group and batch), they are scaled from the sample
     (``exact`` false). Pattern and lossy queries record no candidates below their
-    threshold: their floor is it."""
+    threshold: their floor is it (:mod:`penumbra.tuning`)."""
     observed = service.redis.xrevrange(service.keys.observations(query_id), count=batches)
     read = [read_observation(i, f) for i, f in observed]
-    records = [(o["batch"], o["observations"]) for o in read]
+    observations = [o["observations"] for o in read]
     times = [o["at"] for o in read]
     threshold = entry.get("threshold")
-    floors = [o["floor"] for _, o in records if isinstance(o.get("floor"), (int, float))]
-    floor = floors[0] if floors else (threshold if entry["kind"] != "join" else None)
-    if floor is None:
-        floor = float(getattr(build_operator(parse(entry["text"]), parse_streams(entry["streams"])), "floor", 0.0))
-    floor = float(floor or 0.0)
-    batch_ids = [b for b, _ in records if b is not None]
-    match_probs = np.array(_window_matches(service, query_id, min(batch_ids)) if batch_ids else [])
-    near = _NearMisses(records)
-    thresholds = np.linspace(floor, 1.0, steps)
-    if near.binned:
-        # counts by bin are exact at the bins' edges
-        thresholds = sorted({min(1.0, math.ceil(t * 100 - 1e-9) / 100) for t in thresholds})
-    points = [{"threshold": float(t), "matches": float(meets(match_probs, t).sum()) + near.at_least(t)}
-              for t in thresholds]
-    return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(records),
+    floor = window_floor(observations, entry_operator(entry), threshold)
+    batch_ids = [o["batch"] for o in read if o["batch"] is not None]
+    match_probs = _window_matches(service, query_id, min(batch_ids)) if batch_ids else []
+    counted = candidates_at(match_probs, observations, floor, steps)
+    return {"query": query_id, "threshold": threshold, "floor": floor, "batches": len(read),
             "since": min(times) if times else None, "until": max(times) if times else None,
-            "matches": int(len(match_probs)), "near_misses": near.total, "near_miss_samples": near.samples,
-            "exact": near.exact, "points": points}
-
-
-class _NearMisses:
-    """A window's near misses: per batch, its histogram when it covers the batch's count,
-    else its samples (exact when they are all of them, scaled otherwise)."""
-
-    def __init__(self, records: list[tuple]):
-        self.total = self.samples = 0
-        self.binned: dict[float, int] = {}
-        known, sampled, sampled_total = [], [], 0
-        for _, observed in records:
-            count = int(observed.get("counters", {}).get("near_misses", 0))
-            probs = [m["prob"] for m in observed.get("near_misses", [])
-                     if isinstance(m, dict) and isinstance(m.get("prob"), (int, float))]
-            histogram = observed.get("near_miss_histogram")
-            self.total += count
-            self.samples += len(probs)
-            if isinstance(histogram, dict) and sum(histogram.values()) == count:
-                for edge, n in histogram.items():
-                    self.binned[float(edge)] = self.binned.get(float(edge), 0) + int(n)
-            elif len(probs) == count:
-                known += probs
-            else:
-                sampled += probs
-                sampled_total += count
-        self.known = np.array(known)
-        if not sampled:
-            # batches without a single sample of their own borrow the window's known probabilities
-            sampled = known or [edge for edge, n in self.binned.items() for _ in range(n)]
-        self.sampled = np.array(sampled)
-        self.scale = sampled_total / len(sampled) if sampled else 0.0
-        self.exact = sampled_total == 0
-
-    def at_least(self, threshold: float) -> float:
-        """Near misses with probability at least ``threshold`` (a bin counts when its lower
-        edge does)."""
-        binned = sum(n for edge, n in self.binned.items() if meets(edge, threshold))
-        return float(binned + meets(self.known, threshold).sum() + meets(self.sampled, threshold).sum() * self.scale)
+            "matches": len(match_probs), **counted}
 
 
 @router.get("/metrics", response_model=MetricsOut, responses={**errors(401, 403), 200: {"content": {

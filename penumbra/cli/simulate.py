@@ -10,10 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import scenarios
 from .common import Stop, UsageError, add_target, sink_of
 from .feed import FeedError, Pace, Progress, api_call, send
-from .scenarios import SCENARIOS
+from .scenarios import SCENARIOS, generate, scenario as scenario_named
 
 __all__ = ["add_parser", "run"]
 
@@ -61,7 +60,7 @@ def _setup(args: argparse.Namespace, scenario) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    scenario = scenarios.scenario(args.scenario)
+    scenario = scenario_named(args.scenario)
     for option in ("rate", "duration"):
         value = getattr(args, option)
         if not (math.isfinite(value) and value > 0):
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             raise UsageError(f"cannot write streams file {args.streams_out!r}: {error.strerror}") from None
     if args.out:
-        sim = scenarios.generate(args.scenario, args.rate, args.duration, args.seed)
+        sim = generate(args.scenario, args.rate, args.duration, args.seed)
         with open(args.out, "w", encoding="utf-8") as handle:
             handle.write("".join(json.dumps(e) + "\n" for e in sim.events))
         if args.truth:
@@ -93,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             total, rounds, tally = 0, 0, None
             judge = Judge(args.api, args.token, scenario) if args.verdicts else None
             while not stop() and (args.forever or rounds == 0):
-                sim = scenarios.generate(args.scenario, args.rate, args.duration, args.seed + rounds)
+                sim = generate(args.scenario, args.rate, args.duration, args.seed + rounds)
                 origin = float(round(time.time() * scenario.per_second))
                 sim = sim.shifted(origin, f"{run}.{rounds}." if args.forever else f"{run}.")
                 if judge is not None:

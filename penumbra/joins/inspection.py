@@ -21,18 +21,16 @@ from ..errors import ValidationError
 from ..events import Event
 from ..probability import p_within
 from ..timestamps import Histogram
+from ..tuning import NEAR_MISS_BIN
 from .matches import FoundPairs
 from .partitions import TemplateTables
 from .rows import Rows
 from .sides import Side
 
-__all__ = ["BUFFERED_SAMPLES", "NEAR_MISS_BIN", "NEAR_MISS_SAMPLES", "NearMisses", "PARTITION_SAMPLES",
-           "ProbingRanges", "near_miss_bins", "near_miss_histogram", "newly_buffered", "probability_curve"]
+__all__ = ["BUFFERED_SAMPLES", "NEAR_MISS_SAMPLES", "NearMisses", "PARTITION_SAMPLES", "ProbingRanges",
+           "near_miss_bins", "near_miss_histogram", "newly_buffered", "probability_curve"]
 
 NEAR_MISS_SAMPLES = 20
-#: Near misses are counted by probability in bins of this width (a what-if is exact at
-#: thresholds on this grid).
-NEAR_MISS_BIN = 0.01
 PARTITION_SAMPLES = 8
 #: newly buffered events of each side an observation carries, as events (the inspector's markers)
 BUFFERED_SAMPLES = 8

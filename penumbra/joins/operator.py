@@ -78,6 +78,7 @@ class JoinOperator(Operator):
     STATE_FIELDS = ("query", "streams", "floor", "threshold", "watermark", "totals", "lookup", "shape_ids",
                     "key_group", "held")
     STATE_MIGRATIONS = {0: _unversioned}
+    reports_near_misses = True
 
     def __init__(self, query: JoinQuery, streams: Streams, *, floor: float = DEFAULT_FLOOR):
         self.query = query

@@ -110,8 +110,109 @@ def test_starting_a_part_imports_no_shell(module):
 
 def test_the_command_layer_reaches_the_shells_only_lazily():
     """No module of the command layer imports the service or the job when it is imported
-    itself, except the ones ``penumbra up`` imports when it runs (up, demo)."""
-    lazy = {"up.py", "demo.py"}
-    eager = [(p, target, line) for p in modules("penumbra/cli") if p.name not in lazy
+    itself (``penumbra up``'s supervisor reads the service's settings when it runs)."""
+    eager = [(p, target, line) for p in modules("penumbra/cli")
              for target, line, top in imports(p) if top and part_of(target) in ("backend", "spark_jobs")]
     assert eager == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``paths`` its import statements run (those inside
+    functions too): ``import a.b.c`` runs the packages ``a`` and ``a.b`` before ``a.b.c``,
+    and ``from a.b import c`` runs ``a.b`` and the module ``a.b.c`` when there is one. The
+    packages a module is inside are left out when an import reaches them on the way to
+    another module (they are being imported already when it runs), not when it names one
+    (``from . import x``)."""
+    known = {module_name(p): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        named, passed = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                named.add(target)
+                passed |= {".".join(parts[:k]) for k in range(1, len(parts))}
+        inside = {t for t in passed if name.startswith(t + ".")}
+        graph[name] = (named | (passed - inside)) & set(known) - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycles(import_graph(modules("penumbra", "contract", "spark_jobs", "backend"))) == []
+
+
+def test_the_walk_sees_a_loop_through_a_function_and_a_package(tmp_path, monkeypatch):
+    """The check itself: a loop closed by an import inside a function, or by a package's
+    ``__init__``, is found."""
+    package = tmp_path / "loop"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import A\n")
+    (package / "a.py").write_text("class A:\n    def f(self):\n        from .b import B\n")
+    (package / "b.py").write_text("import loop.c\n")
+    (package / "c.py").write_text("from . import a\n")
+    (package / "d.py").write_text("from loop import c\n")
+    (package / "e.py").write_text("from . import d\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert cycles(import_graph(sorted(package.glob("*.py")))) == [["loop", "loop.a", "loop.b", "loop.c"]]
+    (package / "c.py").write_text("")
+    assert cycles(import_graph(sorted(package.glob("*.py")))) == []
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "x.py").write_text("import loop.e\n")       # runs loop/__init__, which imports a
+    (package / "c.py").write_text("def late():\n    from other.x import y\n")
+    assert cycles(import_graph(sorted([*package.glob("*.py"), *other.glob("*.py")]))) == [
+        ["loop", "loop.a", "loop.b", "loop.c", "loop.d", "loop.e", "other.x"]]
+    named = tmp_path / "named"      # a module naming its own package, whose __init__ imports it
+    named.mkdir()
+    (named / "__init__.py").write_text("from .m import M\n")
+    (named / "m.py").write_text("from . import n\n")
+    (named / "n.py").write_text("")
+    assert cycles(import_graph(sorted(named.glob("*.py")))) == [["named", "named.m"]]

@@ -11,7 +11,7 @@ conditions over the block's matches and near misses, decided on numpy columns re
 
 A member's matches, near misses and late events are exactly those of its own join fed
 the same events, for input whose disorder stays within the streams' max delay (the
-condition under which key groups already equal one operator; tests/unit/joins/test_shared.py).
+condition under which key groups already equal one operator; tests/unit/test_plans.py).
 Its other observations (events, pairs, buffers, evictions, samples of newly buffered events)
 are the plan's; the plan's samples of probing ranges go to the members at its threshold.
 
@@ -36,17 +36,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ValidationError
-from ..events import Event, Streams
-from ..keygroups import KeyGroup
-from ..keyed import GroupState, step
-from ..operator import BlockResult, Clock
-from ..probability import meets
-from ..query import JoinQuery
-from ..query.block import block_filter
-from .inspection import NEAR_MISS_SAMPLES, near_miss_bins, near_miss_histogram
-from .matches import FoundPairs, JoinMatches, gather
-from .operator import JoinOperator
+from .errors import ValidationError
+from .events import Event, Streams
+from .joins.inspection import NEAR_MISS_SAMPLES, near_miss_bins, near_miss_histogram
+from .joins.matches import FoundPairs, JoinMatches, gather
+from .joins.operator import JoinOperator
+from .keygroups import KeyGroup
+from .keyed import GroupState, step
+from .operator import BlockResult, Clock
+from .probability import meets
+from .query import JoinQuery
+from .query.block import block_filter
 
 __all__ = ["Member", "Plan", "is_plan", "members_plan", "plan_key"]
 

@@ -1,4 +1,4 @@
-"""Joins run as one plan (penumbra/joins/shared.py): each member's share equals its own join
+"""Joins run as one plan (penumbra/plans.py): each member's share equals its own join
 fed the same events (matches, probabilities, late events, near misses), and its matches
 equal an all-pairs join written here with its conditions as Python predicates."""
 
@@ -13,7 +13,7 @@ import pytest
 from penumbra.engine import compile_query
 from penumbra.errors import ValidationError
 from penumbra.keygroups import KeyGroup
-from penumbra.joins.shared import Member, Plan, members_plan, plan_key
+from penumbra.plans import Member, Plan, members_plan, plan_key
 from tests.unit.joins.test_join_operator import AMBIGUOUS, admitted_events, oracle_within, workload
 
 #: one-source conditions as the query writes them and as a predicate on (A attrs, B attrs)
