@@ -77,7 +77,7 @@ def _join(op, streams: Streams, records: Mapping[str, Any]) -> dict[str, Any]:
     for k, var in enumerate((a, b)):
         event = _event(records[var], streams, var)
         parsed.append(event)
-        admitted = op._admit(op.sides[k], event)
+        admitted = op.sides[k].admit(event)
         if isinstance(admitted, str):
             raise ValidationError(f"records.{var}.ts", admitted)
         h = admitted[0]

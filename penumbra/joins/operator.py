@@ -31,7 +31,6 @@ from ..operator import BlockResult, Late, Operator, check_threshold
 from ..query import JoinQuery
 from ..query.block import block_filter
 from ..state import StateError, unpickle
-from ..timestamps import Histogram
 from .arrivals import Arrivals
 from .held import Held
 from .inspection import (
@@ -151,10 +150,6 @@ class JoinOperator(Operator):
         self._threshold_tables()
 
     # --- admission ---------------------------------------------------------------------
-
-    def _admit(self, side: Side, event: Event) -> tuple[Histogram, int] | str:
-        """:meth:`Side.admit` (:mod:`penumbra.explain` asks the operator)."""
-        return side.admit(event)
 
     def _reading(self, stream: str, known: dict[str, list[int]]) -> list[int]:
         """The sides (0 for A, 1 for B) that read events of ``stream`` as spelled in them;
