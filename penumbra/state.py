@@ -43,6 +43,7 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 #: classes saved under one name and now found under another: (module, name) -> (module, name)
 RENAMED: dict[tuple[str, str], tuple[str, str]] = {
     ("penumbra.lossy.operator", "_read_only"): ("penumbra.state", "read_only"),
+    ("penumbra.lossy.worlds", "Vague"): ("penumbra.lossy.queues", "Vague"),
 }
 
 #: what a state may name besides Penumbra's own classes (numpy arrays and plain containers)

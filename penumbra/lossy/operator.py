@@ -1,9 +1,9 @@
 """The AYAC operator: an NFA with probabilistic arrival queues over a lossy stream.
 
-NFA (section 4): one state V_1..V_l per *positive* component, V_0 initial and V_{l+1}
-final. An edge V_i -> V_j skips the positives between them (missed by their readers)
-and is labelled with the scoring function H_{i,j} of the run of components between
-(:func:`~penumbra.lossy.model.run_score`); negatives have no state. Edges whose
+NFA (section 4, :class:`~.plan.NFA`): one state V_1..V_l per *positive* component, V_0
+initial and V_{l+1} final. An edge V_i -> V_j skips the positives between them (missed
+by their readers) and is labelled with the scoring function H_{i,j} of the run of
+components between (:mod:`.tables`); negatives have no state. Edges whose
 G_{i,j}(W) = max_{T <= W} H_{i,j}(T) is below the threshold are removed.
 
 A block of events (in increasing time) goes through the NFA state by state, each step
@@ -17,13 +17,13 @@ over V_i's queue (same hash key, earlier times, from this block too; t_{i,0} the
 oldest entry inside the window, max_k u_{i,k} a max over the key's last two epochs of
 W, see :mod:`.queues`), and are enqueued only if v_new reaches the threshold
 (threshold pruning). Arrivals at the last state start backward match generation
-(section 4.2, :mod:`.matches`).
+(section 4.2, :mod:`.generation`).
 
 The first and last positive components must be observed (the case section 4.2 treats);
 any run of components between observed positives may be missed. Negatives before the
 first positive must be absent from (t_last - W, t_first) (the NFA enters V_0 at
 t_last - W, footnote 2), negatives after the last from (t_last, t_first + W): such a
-match waits until the stream passes t_first + W (or the end of input).
+match waits until the stream passes t_first + W (or the end of input, :mod:`.waiting`).
 
 Queues are hashed on the query's equality attributes (section 5.2, e.g. the RFID tag):
 when one attribute of every positive component is tied by ``=`` in every clause, the
@@ -31,21 +31,23 @@ entries of each state are segmented by key value, and so are those of every nega
 tied to that key (see :mod:`.plan` and :mod:`.queues`).
 
 Input: timestamps ``{"lo": a, "hi": b[, "pmf": ...]}`` on the unit grid, processed in
-increasing time. A block may come in any order: it is sorted, and events are held
-until they are older than the largest stream max delay D (the external buffer of
-section 2.1). An imprecise timestamp (a < b) is read as its instants a..b, uniform or
+increasing time. A block may come in any order: its events are held until they are
+older than the largest stream max delay D (the external buffer of section 2.1,
+:mod:`.held`). An imprecise timestamp (a < b) is read as its instants a..b, uniform or
 weighted by its pmf, and a match it touches gets its probability over the possible
 worlds (:mod:`.worlds`). An event whose first instant is older than one already
 processed, or than the frontier (the largest first instant seen less D, rounded down
 to the grid: an event before it arrived beyond the max delay), is reported as
 ``Late``, and so are histogram timestamps and off-grid times.
+
+The gap densities the tables are computed from are fixed or learned online
+(:mod:`.densities`); a reported match is made by :mod:`.matches`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from bisect import bisect_right
 from operator import attrgetter
 from typing import Any, Mapping, Sequence
 
@@ -53,24 +55,28 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..events import Event, Streams
-from ..events.streams import gap_pmf
 from ..events.columns import EventColumns
+from ..events.streams import gap_pmf
 from ..operator import BlockResult, Late, Operator, check_threshold
 from ..probability import meets
-from ..query.ast import evaluate
 from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..state import unpickle
-from ..timestamps import Interval
-from .model import GapHistogram, RunComponent, run_score
-from .matches import MatchGeneration
-from .plan import check_defaults, clause_plan, key_attributes, run_negatives
-from .queues import NO_KEY, Queue
-from .worlds import PossibleWorlds, Vague, reading
+from .densities import GapDensities
+from .generation import BackwardGeneration, Found, Imprecise
+from .held import (FIRST_INSTANT, GRID_LIMIT, PRECISE, WIDE, HeldEvents, first_instant, grid_times, per_instant,
+                   read_support, why_late)
+from .matches import NFAPath, path_factors, run_factor, to_match, worlds_factor
+from .model import GapHistogram
+from .plan import NFA
+from .queues import NO_KEY, HashKeys, Queue, Vague
+from .tables import ScoringTables
+from .waiting import Waiting
+from .worlds import PossibleWorlds, TooManyWorlds, certain, support
 
 __all__ = ["LEARN_CHECK_EVERY", "LEARN_EVERY", "LossyOperator"]
 
-_STREAM, _TS, _LO, _HI = attrgetter("stream"), attrgetter("ts"), attrgetter("lo"), attrgetter("hi")
+_STREAM, _TS = attrgetter("stream"), attrgetter("ts")
 
 #: Gap samples gathered before the densities and scoring tables are updated: at least
 #: this many, and at least W / 4 so the O(W) update costs amortised O(1) per sample.
@@ -79,15 +85,6 @@ LEARN_EVERY = 1024
 #: Events processed between two points where the tables may move. Counted in event
 #: order, so every event meets the same tables however the input is cut into blocks.
 LEARN_CHECK_EVERY = 8192
-
-#: The largest time on the grid: beyond it a float no longer holds every integer (nor, from
-#: 2**63, does the int64 the queues keep).
-_GRID_LIMIT = 2.0 ** 53
-
-#: An imprecise event of more instants than this is taken once by a path (standing for
-#: every instant: :mod:`.matches`); one of fewer, once per instant, where a path's exact
-#: score and negatives prune more.
-SPREAD_PATHS = 8
 
 #: Attributes that make up an operator's state (the rest derives from its configuration).
 _STATE = ("threshold", "learned", "gap_samples", "sample_count", "paqs", "naqs", "pending", "held_times",
@@ -104,11 +101,11 @@ def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
     """A lossy query's state from before the versioned format: its configuration and state, pickled."""
     config, state = unpickle(fields["snapshot"])
     if len(state.get("held_parts", ())) != len(state["held_times"]):   # a state from before imprecise times
-        state["held_parts"] = [0] * len(state["held_times"])
+        state["held_parts"] = [PRECISE] * len(state["held_times"])
     return {**dict(zip(_CONFIG, config)), **state}
 
 
-class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
+class LossyOperator(Operator):
     """Evaluates one ``SEQUENCE`` query (AYAC) over a lossy stream.
 
     ``gaps`` optionally fixes gap densities f_i (a pmf over gaps 0..W, ``pmf[0] = 0``)
@@ -127,6 +124,13 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
     a path the new tables score just above the threshold may have been pruned; with
     fixed densities (``GAP``, ``gaps``, stream ``gap``, ``learn=False``) pruning loses
     nothing.
+
+    The operator holds the NFA (``nfa``), its queues (``paqs`` per state but the last,
+    ``naqs`` and ``vague`` per negative component, ``anchors`` for the arrivals negatives'
+    gaps are measured from), the held events (``held``), the waiting matches
+    (``waiting``), the densities (``densities``) and the tables computed from them
+    (``tables``); match generation and the evaluation over worlds are given what they
+    read at each use.
 
     >>> from penumbra.query import parse
     >>> from penumbra.events import Streams, parse_event
@@ -163,8 +167,8 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
                 fixed[var] = gap_pmf(spec.family, spec.params, query.window)
             except ValueError as error:
                 raise QueryError(f"GAP {var}: {error}") from None
-        self._setup(query, [p.miss_prob for p in params], max((p.max_delay for p in params), default=0.0),
-                    fixed, learn)
+        nfa = NFA(query, [p.miss_prob for p in params], fixed, learn)
+        self._start(nfa, max((p.max_delay for p in params), default=0.0), self._fresh_state(nfa))
 
     @staticmethod
     def _checked_pmf(var: str, pmf, window: int) -> np.ndarray:
@@ -175,110 +179,86 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
 
     # --- construction -----------------------------------------------------------------
 
-    def _setup(self, query: SequenceQuery, miss_probs: list[float], max_delay: float,
-               fixed: dict[str, np.ndarray], learn: bool) -> None:
-        self.query = query
-        self.window = query.window
-        self.threshold = query.threshold
-        self.miss_probs = miss_probs
+    @staticmethod
+    def _fresh_state(nfa: NFA) -> dict[str, Any]:
+        """The state fields of an operator over ``nfa`` that has seen nothing."""
+        learned = {var: GapHistogram(nfa.window) for var in nfa.learned_vars}
+        paqs = [Queue(nfa.window) for _ in nfa.positives[:-1]]
+        return {
+            "threshold": nfa.query.threshold, "learned": learned, "gap_samples": {var: [] for var in learned},
+            "sample_count": 0,
+            # a PAQ per state but the last (whose arrivals start match generation)
+            "paqs": paqs,
+            # a NAQ per negative component and clause
+            "naqs": {k: [Queue() for _ in nfa.query.clauses] for k, c in enumerate(nfa.query.components)
+                     if c.negated},
+            "pending": [], "held_times": [], "held_events": [], "held_streams": [],
+            # every arrival at a state that anchors a negative's gaps (V_1's PAQ holds them all:
+            # their bound G_{0,1}(W) is 1, as S(1) = 1 for any run of negatives alone)
+            "anchors": {state: Queue() for state in set(nfa.anchor_state.values()) if state > 0 or not paqs},
+            "clock": -math.inf, "seen": -math.inf, "processed": 0, "sequence": 0,
+            "totals": {"events": 0, "matches": 0, "late": 0, "arrivals": 0, "pruned_arrivals": 0,
+                       "pruned_paths": 0, "negated_paths": 0, "ignored": 0},
+            "key_codes": {}, "next_code": NO_KEY + 1, "live_codes": 0, "key_group": None, "held_parts": [],
+            "vague": {k: Vague() for k, c in enumerate(nfa.query.components) if c.negated}, "vague_seen": False,
+            "worlds": [],
+        }
+
+    def _start(self, nfa: NFA, max_delay: float, saved: Mapping[str, Any]) -> None:
+        """Run ``nfa`` from the state fields ``saved`` (:data:`_STATE`)."""
+        self.nfa = nfa
         self.max_delay = max_delay
-        self.fixed_gaps = fixed
-        self.learn = learn
-        components = query.components
-        self.positives = query.positives
-        self.state_of = {k: s for s, k in enumerate(self.positives)}
-        self.state_vars = [components[k].var for k in self.positives]
-        unknown = set(fixed) - set(query.variables)
-        if unknown:
-            raise ValidationError("gaps", f"unknown component variable {sorted(unknown)[0]!r}")
-        self.key_attr = key_attributes(query, {components[k].var for k in self.positives
-                                               if not self._may_miss(k)})
-        self.key_of = [self.key_attr.get(c.var) for c in components]
-        # a negative's f is learned from its own events: the time since the newest arrival
-        # at the positive before it with the same key (none before the first positive)
-        self.anchor_of = {k: self.state_of[max(p for p in self.positives if p < k)]
-                          for k, c in enumerate(components) if c.negated and k > self.positives[0]
-                          and (self.key_of[k] is not None or not self.key_attr) and c.var not in fixed}
-        learnable = [c.var for k, c in enumerate(components) if not c.negated and k != self.positives[0]
-                     and c.var not in fixed] + [components[k].var for k in self.anchor_of]
-        self.learned = {var: GapHistogram(self.window) for var in learnable} if learn else {}
-        if not learn:
-            self.anchor_of = {}
-        streams = list(dict.fromkeys(c.stream.casefold() for c in components))
-        self.stream_index = {name: n for n, name in enumerate(streams)}
-        self.component_stream = [self.stream_index[c.stream.casefold()] for c in components]
-        self.stream_of: dict[str, int] = {}          # event stream name as written -> index, -1 if not read
-        self.trivial = [[clause.trivial.get(c.var, ()) for clause in query.clauses] for c in components]
-        everything = (1 << len(query.clauses)) - 1
-        # components with no trivial predicate in any clause accept every event of their stream
-        self.unconditional = [everything if not any(literals) else 0 for literals in self.trivial]
-        check_defaults(query, {components[k].var for k in self.positives if self._may_miss(k)})
-        self.plans = [clause_plan(query, self.key_attr, bit, clause) for bit, clause in enumerate(query.clauses)]
-        self.run_negatives = {(i, j): run_negatives(query, i, j)
-                              for i, j in itertools.combinations(range(len(self.positives)), 2)}
-        self.leading_negatives = range(self.positives[0])
-        self.trailing_negatives = range(self.positives[-1] + 1, len(components))
-        # a PAQ per state but the last (whose arrivals start match generation), a NAQ per
-        # negative component and clause
-        self.paqs = [Queue(self.window) for _ in self.positives[:-1]]
-        # every arrival at a state that anchors a negative's gaps (V_1's PAQ holds them all:
-        # their bound G_{0,1}(W) is 1, as S(1) = 1 for any run of negatives alone)
-        self.anchors = {state: Queue() for state in set(self.anchor_of.values())
-                        if state > 0 or not self.paqs}
-        self.naqs = {k: [Queue() for _ in query.clauses] for k, c in enumerate(components) if c.negated}
-        self.key_codes: dict[Any, int] = {}
-        self.next_code = NO_KEY + 1
-        self.live_codes = 0                 # codes kept by the last clean-up of key_codes
-        self.pending: list = []
-        self.held_times: list[int] = []     # the reorder buffer: held events in time order
-        self.held_events: list[Event] = []
-        self.held_streams: list[int] = []
-        # 0: a precise event; an imprecise one is held once per instant of its support,
-        # 1 at its first instant (where it joins its negatives' kept events), 2 after
-        self.held_parts: list[int] = []
-        self.vague = {k: Vague() for k, c in enumerate(components) if c.negated}
-        self.vague_seen = False             # whether an imprecise event was ever processed
-        self.worlds: list = []              # matches waiting to be evaluated over worlds (a heap)
-        self.worlds_due: set = set()
-        self.clock = -math.inf              # time processed: the last event's, or the frontier
-        self.seen = -math.inf               # largest time seen
-        self.processed = 0                  # events run through the NFA
-        self.sequence = 0                   # arrival order, to break ties in heaps
-        self.totals = {"events": 0, "matches": 0, "late": 0, "arrivals": 0, "pruned_arrivals": 0,
-                       "pruned_paths": 0, "negated_paths": 0, "ignored": 0}
-        self.gap_samples: dict[str, list[int]] = {var: [] for var in self.learned}   # not yet learned
-        self.sample_count = 0
+        self.threshold = saved["threshold"]
+        self.densities = GapDensities(nfa.window, nfa.fixed_gaps, saved["learned"], saved["gap_samples"],
+                                      saved["sample_count"])
+        self.paqs: list[Queue] = saved["paqs"]
+        self.naqs: dict[int, list[Queue]] = saved["naqs"]
+        self.anchors: dict[int, Queue] = saved["anchors"]
+        self.vague: dict[int, Vague] = saved["vague"]
+        self.held = HeldEvents(saved["held_times"], saved["held_events"], saved["held_streams"], saved["held_parts"])
+        self.waiting = Waiting(saved["pending"], saved["worlds"], saved["sequence"])
+        self.clock = saved["clock"]             # time processed: the last event's, or the frontier
+        self.seen = saved["seen"]               # largest time seen
+        self.processed = saved["processed"]     # events run through the NFA
+        self.totals = saved["totals"]
+        self.hash_keys = HashKeys(saved["key_codes"], saved["next_code"], saved["live_codes"])
+        self.key_group = saved["key_group"]
+        self.vague_seen = saved["vague_seen"]   # whether an imprecise event was ever processed
+        self.stream_of: dict[str, int] = {}     # event stream name as written -> index, -1 if not read
         self._refresh_tables()
 
-    def _may_miss(self, k: int) -> bool:
-        return k not in (self.positives[0], self.positives[-1]) and self.miss_probs[k] > 0
-
-    def _pmf(self, k: int) -> np.ndarray:
-        var = self.query.components[k].var
-        if var in self.fixed_gaps:
-            return self.fixed_gaps[var]
-        if var in self.learned:
-            return self.learned[var].pmf()
-        return GapHistogram(self.window).pmf()
-
     def _refresh_tables(self) -> None:
-        """Scoring tables H and G = running max of H for every edge (section 4), and the
-        edges kept because G(W) reaches the threshold."""
-        components = self.query.components
-        run = [RunComponent(not c.negated, self._pmf(k), self.miss_probs[k]) for k, c in enumerate(components)]
-        states = self.positives
-        self.score = {(i, j): run_score(run[states[i] + 1:states[j]], self.window)
-                      for i, j in itertools.combinations(range(len(states)), 2)}
-        self.leading = run_score(run[:states[0]], self.window)
-        self.trailing = run_score(run[states[-1] + 1:], self.window)
-        self.reach = {edge: np.maximum.accumulate(table) for edge, table in self.score.items()}
-        self.monotone = {edge: bool(np.all(np.diff(table[1:]) <= 0)) for edge, table in self.score.items()}
-        self.initial_bound = float(self.leading.max())
-        self._prune_edges()
+        """Scoring tables for the densities as they stand (section 4)."""
+        self.tables = ScoringTables(self.nfa, self.densities.pmfs(self.nfa.query.components))
 
-    def _prune_edges(self) -> None:
-        self.incoming = [[i for i in range(j) if meets(self.reach[i, j][self.window], self.threshold)]
-                         for j in range(len(self.positives))]
+    def _generation(self) -> BackwardGeneration:
+        """Backward match generation over the queues as they stand; the paths imprecise
+        timestamps touch go to their evaluation over worlds once one was processed."""
+        return BackwardGeneration(self.nfa, self.tables, self.threshold, self.paqs, self.naqs, self.totals,
+                                  self._worlds() if self.vague_seen else None)
+
+    def _worlds(self) -> PossibleWorlds:
+        return PossibleWorlds(self.nfa, self.tables, self.naqs, self.vague)
+
+    # --- the query, as an explanation reads it (penumbra.explain) ----------------------
+
+    @property
+    def query(self) -> SequenceQuery:
+        return self.nfa.query
+
+    @property
+    def window(self) -> int:
+        return self.nfa.window
+
+    @property
+    def state_vars(self) -> list[str]:
+        """The variable of each state, the positive components in query order."""
+        return self.nfa.state_vars
+
+    @property
+    def miss_probs(self) -> Sequence[float]:
+        """Each component's epsilon, the probability its reader misses an event."""
+        return self.nfa.miss_probs
 
     # --- Operator interface -------------------------------------------------------------
 
@@ -286,13 +266,12 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         """Takes effect for the next block. Arrivals pruned under a higher threshold stay
         pruned; the bounds of queued ones hold at any threshold."""
         self.threshold = check_threshold(threshold)
-        self._prune_edges()
 
     @property
     def counters(self) -> dict[str, int | float]:
         return {**self.totals, "paq_entries": sum(len(q) for q in self.paqs),
                 "naq_entries": sum(len(q) for qs in self.naqs.values() for q in qs),
-                "pending": len(self.pending) + len(self.worlds), "held": len(self.held_times)}
+                "pending": len(self.waiting), "held": len(self.held)}
 
     def feed(self, events: Sequence[Event], prior: np.ndarray | None = None) -> BlockResult:
         out = BlockResult()
@@ -304,7 +283,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         """End of input: process the held events and emit every match still waiting for
         the window of its trailing negatives to pass."""
         out = BlockResult()
-        self._process(len(self.held_times), out)
+        self._process(len(self.held), out)
         self._release(math.inf, out)
         self._finish_block(out)
         return out
@@ -321,8 +300,9 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         tied to it); nothing keyed while densities are learned, since what is learned
         comes from every key."""
         roles: dict[str, list[tuple[str, ...]]] = {}
-        for component, name in zip(self.query.components, self.key_of):
-            role = (name,) if name is not None and not self.learned else ()
+        for k, component in enumerate(self.nfa.query.components):
+            name = self.nfa.key_attribute(k)
+            role = (name,) if name is not None and not self.densities.learned else ()
             attrs = roles.setdefault(component.stream.casefold(), [])
             if role not in attrs:
                 attrs.append(role)
@@ -337,18 +317,18 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             times = self._first_instants(events)
         else:
             times = [first for e in events if self._stream(e.stream) >= 0
-                     and (first := self._first_instant(e.ts)) is not None]
+                     and (first := first_instant(e.ts)) is not None]
         return {"seen": float(max(times))} if times else {}
 
     def _first_instants(self, columns: EventColumns) -> list[int]:
-        """:meth:`_first_instant` of the events of the query's streams in ``columns``: an
-        instant's from its bounds, all at once; a wider interval's from its event."""
-        rows = np.concatenate([columns.rows_of(stream) for stream in self.stream_index])
+        """:func:`~.held.first_instant` of the events of the query's streams in ``columns``:
+        an instant's from its bounds, all at once; a wider interval's from its event."""
+        rows = np.concatenate([columns.rows_of(stream) for stream in self.nfa.stream_index])
         lo, hi = columns.bounds()[:, rows]
         with np.errstate(invalid="ignore"):     # NaN: not an interval
-            instants = lo[(lo == hi) & (lo % 1 == 0) & (np.abs(lo) <= _GRID_LIMIT)]
+            instants = lo[(lo == hi) & (lo % 1 == 0) & (np.abs(lo) <= GRID_LIMIT)]
         times = [int(instants.max())] if len(instants) else []
-        wider = (self._first_instant(columns.event(i).ts) for i in rows[lo < hi].tolist())
+        wider = (first_instant(columns.event(i).ts) for i in rows[lo < hi].tolist())
         return times + [first for first in wider if first is not None]
 
     def advance(self, clock: dict[str, float]) -> BlockResult:
@@ -368,7 +348,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         a host (:meth:`advance`) judge alike."""
         if self.seen > -math.inf:
             frontier = self.seen - self.max_delay
-            self._process(bisect_right(self.held_times, frontier), out)
+            self._process(self.held.ready(frontier), out)
             if math.floor(frontier) > self.clock:
                 self.clock = math.floor(frontier)
                 self._release(self.clock, out)
@@ -377,29 +357,38 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
 
     def wake(self) -> dict[str, float]:
         """The time seen at which a held event is released, or a waiting match's window closes."""
-        due = min(self.held_times[:1] + [item[0] for item in self.pending[:1]] + [item[0] for item in self.worlds[:1]],
-                  default=math.inf)
+        due = min(self.held.times[:1] + self.waiting.deadlines(), default=math.inf)
         return {"seen": due + self.max_delay - 0.5} if due < math.inf else {}
 
     def state_fields(self) -> dict[str, Any]:
         """Configuration and state (queues, waiting matches, learned densities); the
         scoring tables are computed again on restore."""
-        return {name: getattr(self, name) for name in self.STATE_FIELDS}
+        nfa, densities, held, waiting = self.nfa, self.densities, self.held, self.waiting
+        fields = {
+            "query": nfa.query, "miss_probs": nfa.miss_probs, "max_delay": self.max_delay,
+            "fixed_gaps": nfa.fixed_gaps, "learn": nfa.learn, "threshold": self.threshold,
+            "learned": densities.learned, "gap_samples": densities.gap_samples,
+            "sample_count": densities.sample_count, "paqs": self.paqs, "naqs": self.naqs, "pending": waiting.pending,
+            "held_times": held.times, "held_events": held.events, "held_streams": held.streams,
+            "anchors": self.anchors, "clock": self.clock, "seen": self.seen, "processed": self.processed,
+            "sequence": waiting.sequence, "totals": self.totals, "key_codes": self.hash_keys.codes,
+            "next_code": self.hash_keys.next_code, "live_codes": self.hash_keys.live, "key_group": self.key_group,
+            "held_parts": held.parts, "vague": self.vague, "vague_seen": self.vague_seen, "worlds": waiting.worlds,
+        }
+        return {name: fields[name] for name in self.STATE_FIELDS}
 
     @classmethod
     def from_state(cls, fields: dict[str, Any]) -> LossyOperator:
         operator = cls.__new__(cls)
-        operator._setup(*(fields[name] for name in _CONFIG))
-        operator.__dict__.update({name: fields[name] for name in _STATE})
-        operator.worlds_due = {item[4] for item in operator.worlds}
-        operator._refresh_tables()
+        operator._start(NFA(fields["query"], fields["miss_probs"], fields["fixed_gaps"], fields["learn"]),
+                        fields["max_delay"], fields)
         return operator
 
     def queue_count(self) -> int:
         """Hashed queues holding entries, over every state and negative component."""
         return sum(len(queue.keys()) for queue in self._queues())
 
-    def _queues(self) -> list[Queue]:
+    def _queues(self) -> list[Queue | Vague]:
         return [*self.paqs, *(queue for queues in self.naqs.values() for queue in queues), *self.anchors.values(),
                 *self.vague.values()]
 
@@ -408,7 +397,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
     def _stream(self, name: str) -> int:
         index = self.stream_of.get(name)
         if index is None:
-            index = self.stream_of[name] = self.stream_index.get(name.casefold(), -1)
+            index = self.stream_of[name] = self.nfa.stream_index.get(name.casefold(), -1)
         return index
 
     def _admit(self, events: Sequence[Event], out: BlockResult) -> None:
@@ -426,20 +415,17 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             self.totals["ignored"] += len(streams) - len(events)
             streams = [index for index in streams if index >= 0]
         stamps = list(map(_TS, events))
-        if all(type(ts) is Interval for ts in stamps):
-            times = np.array(list(map(_LO, stamps)), dtype=float)
-            times[times != np.array(list(map(_HI, stamps)), dtype=float)] = math.nan
-        else:
-            times = np.array([ts.lo if type(ts) is Interval and ts.lo == ts.hi else math.nan for ts in stamps],
-                             dtype=float)
-        bad = ~(times % 1 == 0) | (times < self.clock) | (np.abs(times) > _GRID_LIMIT)
+        times = grid_times(stamps)
+        bad = ~(times % 1 == 0) | (times < self.clock) | (np.abs(times) > GRID_LIMIT)
         spread: dict[int, np.ndarray] = {}          # row -> the instants of an imprecise timestamp
         if bad.any():
             for n in np.flatnonzero(bad).tolist():
-                reason = self._why_late(times[n]) if not math.isnan(times[n]) else self._spread(stamps[n], spread, n)
-                if reason:
-                    self._late(events[n], reason, out)
+                read = why_late(times[n], self.clock) if not math.isnan(times[n]) else \
+                    read_support(stamps[n], self.clock)
+                if isinstance(read, str):
+                    self._late(events[n], read, out)
                 else:
+                    spread[n] = read
                     bad[n] = False
             keep = (~bad).tolist()
             if spread:
@@ -454,83 +440,10 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             times[n] = instants[0]
         times = times.astype(np.int64)
         self.seen = max(self.seen, int(times.max()))
-        parts = [0] * len(times)
+        parts = [PRECISE] * len(times)
         if spread:
-            events, streams, times, parts = self._expand(events, streams, times, spread)
-        if len(times) > 1 and not (np.diff(times) >= 0).all() or (self.held_times and self.held_times[-1] > times[0]):
-            times = np.concatenate((np.asarray(self.held_times, dtype=np.int64), times))
-            order = np.argsort(times, kind="stable").tolist()
-            events, streams = self.held_events + list(events), self.held_streams + streams
-            parts = self.held_parts + parts
-            self.held_events = [events[n] for n in order]
-            self.held_streams = [streams[n] for n in order]
-            self.held_parts = [parts[n] for n in order]
-            self.held_times = times[order].tolist()
-        else:
-            self.held_times += times.tolist()
-            self.held_events += events
-            self.held_streams += streams
-            self.held_parts += parts
-
-    @staticmethod
-    def _expand(events: list, streams: list[int], times: np.ndarray,
-                spread: dict[int, np.ndarray]) -> tuple[list, list[int], np.ndarray, list[int]]:
-        """One entry per instant of each imprecise event (row -> instants in ``spread``):
-        the events, streams, times and parts (0 precise, 1 an imprecise event's first
-        instant, 2 its later ones; 3 and 4 for an event of more than :data:`SPREAD_PATHS`
-        instants, which a path takes once)."""
-        counts = np.ones(len(events), np.int64)
-        for n, instants in spread.items():
-            counts[n] = len(instants)
-        rows = np.repeat(np.arange(len(events)), counts).tolist()
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        times = np.repeat(times, counts)
-        parts = np.zeros(len(rows), np.int64)
-        for n, instants in spread.items():
-            times[starts[n]:starts[n] + len(instants)] = instants
-            wide = 2 if len(instants) > SPREAD_PATHS else 0
-            parts[starts[n]] = 1 + wide
-            parts[starts[n] + 1:starts[n] + len(instants)] = 2 + wide
-        return [events[n] for n in rows], [streams[n] for n in rows], times, parts.tolist()
-
-    def _spread(self, ts, spread: dict[int, np.ndarray], n: int) -> str | None:
-        """Read an imprecise timestamp on the grid into ``spread[n]``, or say why it cannot be."""
-        if type(ts) is not Interval:
-            return "lossy CEP reads an interval {\"lo\": a, \"hi\": b[, \"pmf\": ...]} on its grid, " \
-                   "not a histogram timestamp"
-        for bound in (ts.lo, ts.hi):
-            if bound % 1:
-                return f"time {bound:g} is not on the unit grid of the query (integer times)"
-            if abs(bound) > _GRID_LIMIT:
-                return f"time {bound:g} is beyond the grid's exact range (|t| <= 2**53)"
-        try:
-            instants, _ = reading(ts)
-        except ValidationError as error:
-            return str(error)
-        if instants[0] < self.clock:
-            return f"out of order: its first instant {int(instants[0])} is before {self.clock:g}, already processed"
-        spread[n] = instants
-        return None
-
-    @staticmethod
-    def _first_instant(ts) -> int | None:
-        """The first instant of a timestamp the operator reads (None for one it reports late,
-        as :meth:`_spread` would)."""
-        if type(ts) is not Interval or ts.lo % 1 or ts.hi % 1 or max(abs(ts.lo), abs(ts.hi)) > _GRID_LIMIT:
-            return None
-        if ts.lo == ts.hi:
-            return int(ts.lo)
-        try:
-            return int(reading(ts)[0][0])
-        except ValidationError:
-            return None
-
-    def _why_late(self, t: float) -> str:
-        if t % 1:
-            return f"time {t:g} is not on the unit grid of the query (integer times)"
-        if abs(t) > _GRID_LIMIT:
-            return f"time {t:g} is beyond the grid's exact range (|t| <= 2**53)"
-        return f"out of order: time {t:g} is before {self.clock:g}, already processed"
+            events, streams, times, parts = per_instant(events, streams, times, spread)
+        self.held.hold(events, streams, times, parts)
 
     def _late(self, event: Event, reason: str, out: BlockResult) -> None:
         self.totals["late"] += 1
@@ -540,8 +453,7 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         """Observations for the dashboard: the totals and the size of the state (queued
         entries, waiting matches, held events)."""
         out.observations.update(self.totals, queue_entries=sum(len(queue) for queue in self._queues()),
-                                pending=len(self.pending) + len(self.worlds),
-                                held=len(self.held_times),
+                                pending=len(self.waiting), held=len(self.held),
                                 clock=self.clock if math.isfinite(self.clock) else None)
 
     # --- blocks -------------------------------------------------------------------------------
@@ -551,21 +463,17 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         learned tables may move (every LEARN_CHECK_EVERY events processed)."""
         if not count:
             return
-        times = np.asarray(self.held_times[:count], dtype=np.int64)
-        events = np.empty(count, object)
-        events[:] = self.held_events[:count]
-        streams = np.asarray(self.held_streams[:count], dtype=np.int64)
-        parts = np.asarray(self.held_parts[:count], dtype=np.int64)
-        del self.held_times[:count], self.held_events[:count], self.held_streams[:count], self.held_parts[:count]
+        times, events, streams, parts = self.held.take(count)
+        learning = bool(self.densities.learned)
         start = 0
         while start < count:
-            stop = min(count, start + LEARN_CHECK_EVERY - self.processed % LEARN_CHECK_EVERY) \
-                if self.learned else count
+            stop = min(count, start + LEARN_CHECK_EVERY - self.processed % LEARN_CHECK_EVERY) if learning else count
             self._chunk(times[start:stop], events[start:stop], streams[start:stop], parts[start:stop], out)
             self.processed += stop - start
-            if self.learned and self.processed % LEARN_CHECK_EVERY == 0 \
-                    and self.sample_count >= max(LEARN_EVERY, self.window // 4):
-                self._learn()
+            if learning and self.processed % LEARN_CHECK_EVERY == 0 \
+                    and self.densities.sample_count >= max(LEARN_EVERY, self.nfa.window // 4):
+                self.densities.learn()
+                self._refresh_tables()
             start = stop
 
     def _chunk(self, times: np.ndarray, events: np.ndarray, streams: np.ndarray, parts: np.ndarray,
@@ -573,158 +481,158 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
         """One chunk through the NFA: NAQ pushes, then each state's arrivals in order
         (bounds, threshold pruning, PAQ pushes; match generation at the last state);
         then the waiting matches whose window closed, and queue compaction. An imprecise
-        event comes once per instant (``parts`` 1 at its first, 2 after, 3 and 4 for a wide
-        one; 0 for a precise one): a negative component keeps it whole, from its first
-        instant."""
+        event comes once per instant (``parts``, :mod:`.held`): a negative component keeps
+        it whole, from its first instant."""
+        nfa = self.nfa
         vague = bool(parts.any())
         self.vague_seen |= vague
         codes: dict[str, np.ndarray] = {}
         selected = []
-        for k, component in enumerate(self.query.components):
-            rows = np.flatnonzero(streams == self.component_stream[k])
-            name = self.key_of[k]
+        for k in range(len(nfa.query.components)):
+            rows = np.flatnonzero(streams == nfa.component_stream[k])
+            name = nfa.key_attribute(k)
             if name is None:
                 key = np.full(len(rows), NO_KEY, np.int64)
             else:
                 if name not in codes:
-                    codes[name] = self._key_codes(events, name)
+                    codes[name] = self.hash_keys.of(events, name, self.key_group)
                 key = codes[name][rows]
-            if self.unconditional[k]:
-                mask = np.full(len(rows), self.unconditional[k], np.int64)
+            if nfa.unconditional[k]:
+                mask = np.full(len(rows), nfa.unconditional[k], np.int64)
             else:
-                mask = np.fromiter((self._clause_mask(k, event.attrs) for event in events[rows]),
+                mask = np.fromiter((nfa.clause_mask(k, event.attrs) for event in events[rows]),
                                    dtype=np.int64, count=len(rows))
             usable = (mask != 0) & (key >= 0)      # key -1: an equality on an absent attribute never holds
             selected.append((rows[usable], key[usable], mask[usable]))
         for k, queues in self.naqs.items():
             rows, key, mask = selected[k]
             if vague and len(rows):
-                kind = parts[rows]
-                for n in np.flatnonzero(kind % 2 == 1).tolist():      # an event's first instant
+                part = parts[rows]
+                for n in np.flatnonzero((part == FIRST_INSTANT) | (part == FIRST_INSTANT + WIDE)).tolist():
                     event = events[rows[n]]
-                    instants = reading(event.ts)[0]
+                    instants = support(event.ts)[0]
                     self.vague[k].push(int(instants[0]), int(instants[-1]), int(key[n]), int(mask[n]), event)
-                rows, key, mask = rows[kind == 0], key[kind == 0], mask[kind == 0]
+                precise = part == PRECISE
+                rows, key, mask = rows[precise], key[precise], mask[precise]
             for bit, queue in enumerate(queues if len(rows) else ()):
                 has = (mask >> bit & 1).astype(bool)
                 queue.push(times[rows[has]], key[has], events[rows[has]])
-        last = len(self.positives) - 1
-        for state, k in enumerate(self.positives):
+        last = len(nfa.positives) - 1
+        for state, k in enumerate(nfa.positives):
             rows, key, mask = selected[k]
             if not len(rows):
                 continue
             t = times[rows]
             if state in self.anchors:
-                precise = parts[rows] == 0 if vague else slice(None)
+                precise = parts[rows] == PRECISE if vague else slice(None)
                 self.anchors[state].push(t[precise], key[precise], events[rows[precise]])
-            bound = self._bounds(state, t, key)
+            bound = self.tables.bounds(self.paqs, state, t, key)
             keep = meets(bound, self.threshold)
             self.totals["arrivals"] += len(rows)
             self.totals["pruned_arrivals"] += len(rows) - int(np.count_nonzero(keep))
-            wide = parts[rows[keep]] >= 3      # instants of imprecise events of many instants
+            wide = parts[rows[keep]] >= FIRST_INSTANT + WIDE      # instants of imprecise events of many instants
             if state < last:
                 self.paqs[state].push(t[keep], key[keep], events[rows[keep]], mask[keep], bound[keep], wide)
             else:
-                self._generate(t[keep], key[keep], mask[keep], events[rows[keep]], wide, out)
-        for k, state in self.anchor_of.items():
+                for found in self._generation().generate(t[keep], key[keep], mask[keep], events[rows[keep]], wide):
+                    self._settle(found, out)
+        for k, state in nfa.anchor_state.items():
             rows, key, _ = selected[k]
             if vague:       # an imprecise negative's gap is not known
-                rows, key = rows[parts[rows] == 0], key[parts[rows] == 0]
+                rows, key = rows[parts[rows] == PRECISE], key[parts[rows] == PRECISE]
             if not len(rows):
                 continue
             anchors = self.anchors[state] if state in self.anchors else self.paqs[0]
             t = times[rows]
-            start, stop = anchors.find(key, t - self.window, t)
+            start, stop = anchors.find(key, t - nfa.window, t)
             found = start < stop
             newest = anchors.order[stop[found] - 1]
             gaps = t[found] - anchors.t[newest]
             if self.vague_seen:     # the newest anchor imprecise: the gap is not known
                 gaps = gaps[np.fromiter((e.ts.lo == e.ts.hi for e in anchors.event[newest]), bool, len(newest))]
-            self._sample(self.query.components[k].var, gaps)
+            self.densities.sample(nfa.query.components[k].var, gaps)
         if len(times):
             self.clock = int(times[-1])
             self._release(self.clock, out)
             self._compact()
 
-    def _key_codes(self, events: np.ndarray, name: str) -> np.ndarray:
-        """Integer code of each event's hash-key value (attribute ``name``; -1 when absent).
-        Codes are unique, not dense: each call reserves one per event for new values."""
-        values = [event.attrs.get(name) for event in events]
-        first = self.next_code
-        self.next_code += len(values)
-        # true is not 1 (JSON's kinds, as conditions compare them), while 1 and 1.0 are one key
-        coded = [(bool, value) if type(value) is bool else value for value in values]
-        codes = np.fromiter(map(self.key_codes.setdefault, coded, range(first, self.next_code)),
-                            dtype=np.int64, count=len(values))
-        absent = self.key_codes.pop(None, None)
-        if absent is not None:
-            codes[codes == absent] = -1
-        if self.key_group is not None and self.key_group.count > 1:
-            # another group's keys: as if the attribute were absent
-            foreign = [n for n, value in enumerate(values) if value is not None and not self.key_group.owns((value,))]
-            codes[foreign] = -1
-        return codes
+    # --- matches ------------------------------------------------------------------------------
 
-    def _clause_mask(self, k: int, attrs) -> int:
-        """Bit c set when the event satisfies clause c's trivial predicates on component k."""
-        var = self.query.components[k].var
-        mask = 0
-        for bit, literals in enumerate(self.trivial[k]):
-            if all(evaluate(literal, {var: attrs}) is True for literal in literals):
-                mask |= 1 << bit
-        return mask
+    def _settle(self, found: Found, out: BlockResult) -> None:
+        """What match generation found: a match to report now, one to wait for the window
+        of its trailing negatives, or one to evaluate over its worlds."""
+        if isinstance(found, Imprecise):
+            self.waiting.schedule(found.events, found.key, self.nfa.window, bool(self.nfa.trailing_negatives))
+        elif found.clauses is None:
+            self._report(found.path, found.score, out, path_factors(self.nfa, self.tables, found.path))
+        else:
+            self.waiting.hold(found, path_factors(self.nfa, self.tables, found.path), self.nfa.window)
 
-    def _bounds(self, state: int, t: np.ndarray, key: np.ndarray) -> np.ndarray:
-        """u for arrivals at V_state (section 4.1 and 5.1): G_{0,1}(W) at the first state;
-        else v_new = max_i (max_k u_{i,k}) G_{i,j}(t - t_{i,0}), with t_{i,0} V_i's oldest
-        entry in (t - W, t) with the same key and max_k u_{i,k} over the key's entries of
-        t's epoch of W so far and of the epoch before. When H_{i,j} is non-increasing
-        (runs of negatives, S^N), the tighter H_{i,j}(t - t_{i,newest}) bounds every
-        H_{i,j}(t - t_{i,k}) (the monotonic improvement of section 5.1)."""
-        if state == 0:
-            return np.full(len(t), self.initial_bound)
-        bound = np.zeros(len(t))
-        # every edge that can score, not only those kept at this threshold: u stays an upper
-        # bound if the threshold is lowered later
-        for i in (i for i in range(state) if self.reach[i, state][self.window] > 0):
-            queue = self.paqs[i]
-            start, stop = queue.find(key, t - self.window, t)
-            inside = start < stop
-            if self.monotone[i, state]:
-                gap = t - queue.t[queue.order[np.maximum(stop - 1, 0)]] if len(queue) else np.zeros_like(t)
-                factor = self.score[i, state][np.where(inside, gap, 0)]
+    def _release(self, until: float, out: BlockResult) -> None:
+        """Report the waiting matches whose window ended by ``until``: no trailing negative
+        in (t_last, t_first + W) under one of the clauses that accepted the path, scored
+        by the trailing run (over the worlds of the imprecise negative events that may lie
+        there); then the matches due for their evaluation over worlds."""
+        nfa = self.nfa
+        worlds = self._worlds() if self.vague_seen else None
+        generation = None
+        for deadline, _, key, t_last, score, path, clauses, *saved in self.waiting.pending_due(until):
+            trailing = float(self.tables.trailing[deadline - t_last])
+            score *= trailing
+            if not meets(score, self.threshold):
+                continue
+            if worlds is not None and worlds.trailing_touched(key, path[max(path)][0], deadline):
+                try:    # an imprecise negative may lie in the window: the share of worlds it is clear
+                    held = worlds.trailing(key, t_last, deadline, clauses)
+                except TooManyWorlds as error:
+                    self._too_many({s: event for s, (_, event) in path.items()}, error, out)
+                    continue
             else:
-                gap = t - queue.t[queue.order[np.minimum(start, len(queue) - 1)]] if len(queue) else np.zeros_like(t)
-                factor = self.reach[i, state][np.where(inside, gap, 0)]
-            peak = queue.peak(queue.order[np.maximum(stop - 1, 0)]) if len(queue) else np.zeros(len(t))
-            bound = np.maximum(bound, np.where(inside, peak * factor, 0.0))
-        return bound
+                generation = generation or self._generation()
+                held = float(generation.trailing_clear(key, t_last, deadline, clauses))
+            if held and meets(score * held, self.threshold):
+                # (a match left waiting by a state written before factors were kept has none saved)
+                factors = saved[0] if saved else path_factors(nfa, self.tables, path)
+                self._report(path, score * held, out, factors + [run_factor(
+                    nfa, nfa.state_vars[-1], None, nfa.trailing_negatives, deadline - t_last, trailing * held)])
+        for key, events in self.waiting.worlds_due(until):
+            worlds = worlds or self._worlds()
+            self._evaluate(worlds, events, key, out)
 
-    # --- learning and memory ------------------------------------------------------------------
+    def _evaluate(self, worlds: PossibleWorlds, events: dict[int, Event], key: int, out: BlockResult) -> None:
+        """Report a match over its possible worlds, if it is one that reaches the threshold."""
+        try:
+            prob, combinations = worlds.probability(events, key)
+        except TooManyWorlds as error:
+            self._too_many(events, error, out)
+            return
+        if prob is None or not meets(prob, self.threshold):
+            return
+        path = {s: (int(support(e.ts)[0][0]), e) for s, e in events.items()}
+        self._report(path, prob, out, [worlds_factor(self.nfa, prob, combinations)],
+                     learn=all(map(certain, events.values())))
 
-    def _sample(self, var: str, gaps: np.ndarray) -> None:
-        self.gap_samples[var] += gaps.tolist()
-        self.sample_count += len(gaps)
+    def _too_many(self, events: dict[int, Event], error: TooManyWorlds, out: BlockResult) -> None:
+        """Report a match beyond the evaluation's bounds in ``late``, with its last event."""
+        self.totals["late"] += 1
+        out.late.append(Late(events[max(events)], f"the match {', '.join(e.id for _, e in sorted(events.items()))} "
+                                                  f"over imprecise timestamps needs {error} to evaluate, more than "
+                                                  f"this operator computes for one match"))
 
-    def _learn(self) -> None:
-        """Add the gaps gathered since the last update to the estimates of f (section 3)
-        and recompute the scoring tables."""
-        for var, gaps in self.gap_samples.items():
-            if gaps:
-                self.learned[var].add(np.asarray(gaps))
-                gaps.clear()
-        self.sample_count = 0
-        self._refresh_tables()
+    def _report(self, path: NFAPath, score: float, out: BlockResult, factors: list[dict[str, Any]],
+                learn: bool = True) -> None:
+        """Report a match and learn its gaps (``learn``: they are known)."""
+        out.matches.append(to_match(self.nfa, path, score, factors))
+        self.totals["matches"] += 1
+        if learn:
+            self.densities.observe(path, self.nfa.state_vars)
+
+    # --- memory -------------------------------------------------------------------------------
 
     def _safe_horizon(self, now: float) -> int:
         """Entries at or before this time serve no match ending at ``now`` or later, nor
         a waiting match's trailing negatives."""
-        horizon = math.floor(now) - self.window
-        if self.pending:
-            horizon = min(horizon, min(item[3] for item in self.pending))
-        if self.worlds:
-            horizon = min(horizon, min(item[3] for item in self.worlds))
-        return horizon
+        return self.waiting.horizon(math.floor(now) - self.nfa.window)
 
     def _compact(self) -> None:
         """Dequeue by window the queues that doubled since their last compaction (amortised
@@ -734,13 +642,12 @@ class LossyOperator(PossibleWorlds, MatchGeneration, Operator):
             if queue.due():
                 horizon = self._safe_horizon(self.clock) if horizon is None else horizon
                 queue.expire(horizon)
-        if len(self.key_codes) > 4 * max(self.live_codes, 4096):
+        if self.hash_keys.crowded():
             self._forget_keys()
 
     def _forget_keys(self) -> None:
         """Drop the codes of hash-key values with no queued entry and no waiting match."""
-        live = {item[2] for item in self.pending} | {item[2] for item in self.worlds}
+        live = self.waiting.keys()
         for queue in self._queues():
             live.update(queue.keys().tolist())
-        self.key_codes = {value: code for value, code in self.key_codes.items() if code in live}
-        self.live_codes = len(self.key_codes)
+        self.hash_keys.keep(live)

@@ -1,4 +1,5 @@
-"""Arrival queues of the AYAC NFA (section 4), as numpy columns.
+"""Arrival queues of the AYAC NFA (section 4): :class:`Queue` as numpy columns, and
+:class:`Vague` for the imprecise events of a negative component.
 
 A :class:`Queue` holds every hashed queue of one NFA state (its Probabilistic Arrival
 Queues, PAQ, section 4.1) or of one negative component (its Negative Arrival Queues,
@@ -24,13 +25,26 @@ look-ups is one vectorised binary search. Look-ups return *ranks*, positions in
 columns; they are dropped once a queue has doubled since it was last compacted
 (dequeue by window, amortised O(1) per entry), and until then look-ups pass over them by
 time. Nothing here is a Python object per entry but the events themselves.
+
+An imprecise event of a negative component (an interval of instants, :mod:`.worlds`)
+is not queued an instant at a time: a :class:`Vague` keeps it whole, by hash key, and
+finds the events whose support meets an interval.
+
+The hash keys themselves are integer codes of the events' values of the hash attribute
+(:class:`HashKeys`), so a block's look-ups compare int64 columns.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["NO_KEY", "Queue", "expand", "search"]
+from ..events import Event
+from ..keygroups import KeyGroup
+
+__all__ = ["HashKeys", "NO_KEY", "Queue", "Vague", "expand", "search"]
 
 #: Key code of unhashed queues (hashed keys get codes from 1).
 NO_KEY = 0
@@ -212,3 +226,110 @@ class Queue:
         """The key codes with entries queued, sorted (the paper's hashed queues)."""
         keys = self.key[self.order]
         return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if self.size else keys
+
+
+class Vague:
+    """The imprecise events of one negative component (the NAQ's counterpart for events of
+    several instants), each kept once, by hash-key code (NO_KEY when not hashed): per key,
+    in order of their first instant, the support's first and last instant, the clause
+    mask and the event."""
+
+    __slots__ = ("by_key", "span", "size", "compacted")
+
+    def __init__(self):
+        self.by_key: dict[int, tuple[list[int], list[int], list[int], list[Event]]] = {}
+        self.span = 0               # the widest support kept, last minus first instant
+        self.size = 0
+        self.compacted = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, lo: int, hi: int, key: int, mask: int, event: Event) -> None:
+        """Keep an event; events come in order of their first instant."""
+        columns = self.by_key.get(key)
+        if columns is None:
+            columns = self.by_key[key] = ([], [], [], [])
+        for column, value in zip(columns, (lo, hi, mask, event)):
+            column.append(value)
+        self.span = max(self.span, hi - lo)
+        self.size += 1
+
+    def meeting(self, key: int, lo: int, hi: int) -> list[tuple[int, Event]]:
+        """(clause mask, event) of the events with this key whose support meets (lo, hi)."""
+        columns = self.by_key.get(key)
+        if columns is None:
+            return []
+        firsts, lasts, masks, events = columns
+        found = []
+        n = bisect_left(firsts, hi) - 1
+        while n >= 0 and firsts[n] > lo - self.span:
+            if lasts[n] > lo:
+                found.append((masks[n], events[n]))
+            n -= 1
+        return found
+
+    def expire(self, horizon: int) -> int:
+        """Drop the events whose support ends at or before ``horizon``."""
+        gone = 0
+        for key in list(self.by_key):
+            firsts, lasts, masks, events = self.by_key[key]
+            keep = [n for n, last in enumerate(lasts) if last > horizon]
+            if len(keep) == len(lasts):
+                continue
+            gone += len(lasts) - len(keep)
+            if keep:
+                self.by_key[key] = tuple([column[n] for n in keep] for column in (firsts, lasts, masks, events))
+            else:
+                del self.by_key[key]
+        self.size -= gone
+        self.compacted = self.size
+        return gone
+
+    def due(self) -> bool:
+        """Whether it has doubled since its last compaction."""
+        return self.size > 2 * max(self.compacted, 64)
+
+    def keys(self) -> np.ndarray:
+        """The key codes with events kept, sorted."""
+        return np.array(sorted(self.by_key), np.int64)
+
+
+@dataclass
+class HashKeys:
+    """The codes of the hash-key values the queues are segmented by (section 5.2), by
+    value (``codes``). Codes are unique, not dense: each look-up reserves one per event
+    for new values, from ``next_code`` on. ``live`` is how many codes the last clean-up
+    kept."""
+
+    codes: dict
+    next_code: int
+    live: int
+
+    def of(self, events: np.ndarray, name: str, key_group: KeyGroup | None) -> np.ndarray:
+        """The code of each event's value of attribute ``name``: -1 when it is absent, or
+        when it is a key another group of ``key_group``'s hosts owns."""
+        values = [event.attrs.get(name) for event in events]
+        first = self.next_code
+        self.next_code += len(values)
+        # true is not 1 (JSON's kinds, as conditions compare them), while 1 and 1.0 are one key
+        coded = [(bool, value) if type(value) is bool else value for value in values]
+        codes = np.fromiter(map(self.codes.setdefault, coded, range(first, self.next_code)),
+                            dtype=np.int64, count=len(values))
+        absent = self.codes.pop(None, None)
+        if absent is not None:
+            codes[codes == absent] = -1
+        if key_group is not None and key_group.count > 1:
+            # another group's keys: as if the attribute were absent
+            foreign = [n for n, value in enumerate(values) if value is not None and not key_group.owns((value,))]
+            codes[foreign] = -1
+        return codes
+
+    def crowded(self) -> bool:
+        """Whether the codes have grown well beyond those the last clean-up kept."""
+        return len(self.codes) > 4 * max(self.live, 4096)
+
+    def keep(self, live: set[int]) -> None:
+        """Forget the values whose codes are not ``live``."""
+        self.codes = {value: code for value, code in self.codes.items() if code in live}
+        self.live = len(self.codes)

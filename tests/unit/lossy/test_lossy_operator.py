@@ -65,7 +65,7 @@ def test_hashed_queues_equal_one_queue():
     events = random_store(1)
     hashed = build_operator(parse(FIXED.format(eq=HASHED, p=0.05)), STREAMS)
     single = build_operator(parse(FIXED.format(eq=UNHASHED, p=0.05)), STREAMS)
-    assert hashed.key_attr and not single.key_attr
+    assert hashed.nfa.key_attributes and not single.nfa.key_attributes
     found = run(hashed, events)
     assert any(len(m.events) == 2 for m in found) and any(len(m.events) == 3 for m in found)
     assert as_set(found) == as_set(run(single, events))
@@ -103,7 +103,7 @@ def learning_reference():
     events = random_store(3, visits=3000)
     op = build_operator(query, STREAMS)
     reference = as_set(run(op, events, block=50))
-    return query, events, reference, sum(h.observations for h in op.learned.values())
+    return query, events, reference, sum(h.observations for h in op.densities.learned.values())
 
 
 def test_learning_moves_the_probabilities():
@@ -111,17 +111,17 @@ def test_learning_moves_the_probabilities():
     query = parse("SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag "
                   "WITHIN 1000 THRESHOLD 0.01")
     op = build_operator(query, STREAMS)
-    prior = op.score[0, 1][5]
+    prior = op.tables.score[0, 1][5]
     events = []
     for n in range(4000):     # exits 5 after the shelf, counters 3 after: short gaps
         events += [rfid("shelf", f"a{n}", 20 * n, n), rfid("exit", f"c{n}", 20 * n + 5, n)]
         if n % 2:
             events.append(rfid("counter", f"b{n}", 20 * n + 3, n))
     run(op, sorted(events, key=lambda e: e.ts.lo), block=500)
-    assert op.learned["z"].observations > 500 and op.learned["y"].observations > 500
-    pmf_y = op.learned["y"].pmf()
+    assert op.densities.learned["z"].observations > 500 and op.densities.learned["y"].observations > 500
+    pmf_y = op.densities.learned["y"].pmf()
     assert pmf_y[1:16].sum() > 0.5                  # mass moved to the short gaps seen
-    assert op.score[0, 1][5] < prior                # so a 5-long gap hides a counter read more likely
+    assert op.tables.score[0, 1][5] < prior                # so a 5-long gap hides a counter read more likely
 
 
 def test_late_and_off_grid_events_are_reported():
@@ -233,7 +233,7 @@ def test_stream_gap_parameters_fix_the_density():
     events = [rfid("shelf", "a1", 0, 1), rfid("exit", "c1", 5, 1)]
     query = "SEQUENCE(Shelf x, !Counter y, Exit z) WHERE x.tag = z.tag AND y.tag = x.tag {gap}WITHIN 100 THRESHOLD 0.5"
     op = build_operator(parse(query.format(gap="")), streams)
-    assert "y" not in op.learned
+    assert "y" not in op.densities.learned
     # S^N(5) = (1 - F) / (0.3 F + 1 - F) with F = P(gap < 5) = 4/10, then 4/20 under the query's GAP
     assert [m.prob for m in op.feed(events).matches] == [pytest.approx(0.6 / 0.72)]
     op = build_operator(parse(query.format(gap="GAP y = uniform(1, 20) ")), streams)
@@ -275,8 +275,8 @@ def test_negative_densities_learn_from_their_own_events(threshold):
             gaps.append(counter.ts.lo - max(aisles))
     expected = GapHistogram(window)
     expected.add(np.array(gaps))
-    learned = op.learned["y"]
-    learned.add(np.array(op.gap_samples["y"], dtype=np.int64))
+    learned = op.densities.learned["y"]
+    learned.add(np.array(op.densities.gap_samples["y"], dtype=np.int64))
     assert learned.observations == len(gaps) > 300
     assert learned.counts.tolist() == expected.counts.tolist()
 
