@@ -98,11 +98,33 @@ _CONFIG = ("query", "miss_probs", "max_delay", "fixed_gaps", "learn")
 
 
 def _unversioned(fields: dict[str, Any]) -> dict[str, Any]:
-    """A lossy query's state from before the versioned format: its configuration and state, pickled."""
-    config, state = unpickle(fields["snapshot"])
-    if len(state.get("held_parts", ())) != len(state["held_times"]):   # a state from before imprecise times
-        state["held_parts"] = [PRECISE] * len(state["held_times"])
-    return {**dict(zip(_CONFIG, config)), **state}
+    """A lossy query's state from before the versioned format: its configuration and
+    state, pickled. A state older still is brought up to what the operator keeps now:
+    one from before imprecise timestamps holds no parts of its held events (all
+    precise), no imprecise negative events, no match waiting for worlds, and queues
+    without ``wide`` (no entry is an instant of an imprecise event); one from before
+    factors were kept holds waiting matches without them (they are computed from the
+    tables its densities give)."""
+    config, saved = unpickle(fields["snapshot"])
+    fields = {**dict(zip(_CONFIG, config)), **saved}
+    if len(fields.get("held_parts", ())) != len(fields["held_times"]):
+        fields["held_parts"] = [PRECISE] * len(fields["held_times"])
+    if "vague" not in fields:
+        negatives = [k for k, c in enumerate(fields["query"].components) if c.negated]
+        fields.update(vague={k: Vague() for k in negatives}, vague_seen=False, worlds=[])
+    for queue in [*fields["paqs"], *(q for queues in fields["naqs"].values() for q in queues),
+                  *fields["anchors"].values()]:
+        if not hasattr(queue, "wide"):
+            queue.wide = None if queue.window is None else np.zeros(len(queue.t), bool)
+    if any(len(item) < 8 for item in fields["pending"]):
+        nfa = NFA(fields["query"], fields["miss_probs"], fields["fixed_gaps"], fields["learn"])
+        densities = GapDensities(nfa.window, nfa.fixed_gaps, fields["learned"], fields["gap_samples"],
+                                 fields["sample_count"])
+        tables = ScoringTables(nfa, densities.pmfs(nfa.query.components))
+        # the heap's order stands: only (deadline, sequence) are compared
+        fields["pending"] = [item if len(item) == 8 else (*item, path_factors(nfa, tables, item[5]))
+                             for item in fields["pending"]]
+    return fields
 
 
 class LossyOperator(Operator):
@@ -576,7 +598,7 @@ class LossyOperator(Operator):
         nfa = self.nfa
         worlds = self._worlds() if self.vague_seen else None
         generation = None
-        for deadline, _, key, t_last, score, path, clauses, *saved in self.waiting.pending_due(until):
+        for deadline, _, key, t_last, score, path, clauses, factors in self.waiting.pending_due(until):
             trailing = float(self.tables.trailing[deadline - t_last])
             score *= trailing
             if not meets(score, self.threshold):
@@ -591,8 +613,6 @@ class LossyOperator(Operator):
                 generation = generation or self._generation()
                 held = float(generation.trailing_clear(key, t_last, deadline, clauses))
             if held and meets(score * held, self.threshold):
-                # (a match left waiting by a state written before factors were kept has none saved)
-                factors = saved[0] if saved else path_factors(nfa, self.tables, path)
                 self._report(path, score * held, out, factors + [run_factor(
                     nfa, nfa.state_vars[-1], None, nfa.trailing_negatives, deadline - t_last, trailing * held)])
         for key, events in self.waiting.worlds_due(until):

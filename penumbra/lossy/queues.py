@@ -117,13 +117,6 @@ class Queue:
         self.order = np.empty(0, np.int64)
         self.compacted = 0
 
-    def __setstate__(self, state) -> None:
-        # a queue snapshotted before ``wide`` was kept holds precise entries only
-        for name, value in state[1].items():
-            setattr(self, name, value)
-        if "wide" not in state[1]:
-            self.wide = None if self.window is None else np.zeros(len(self.t), bool)
-
     def __len__(self) -> int:
         return self.size
 
