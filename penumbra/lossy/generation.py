@@ -18,10 +18,10 @@ possible worlds (:mod:`.worlds`), exactly, like every path an imprecise event to
 :class:`BackwardGeneration` is given what it reads: the NFA and its clause plans
 (:mod:`.plan`), the scoring tables in force (:mod:`.tables`), the threshold, the PAQs
 and NAQs (:mod:`.queues`) and the totals it counts in. It yields what it finds, in
-order: the matches that passed (:class:`Completed`, reported at once or once the window
-of their trailing negatives has passed) and those imprecise timestamps touch
-(:class:`Imprecise`, for their evaluation over worlds); reporting them is the
-operator's.
+order: the matches that passed, to report at once (:class:`Completed`) or once the
+window of their trailing negatives has passed (:class:`Pending`), and those imprecise
+timestamps touch (:class:`Imprecise`), for their evaluation over worlds; reporting them
+is the operator's.
 """
 
 from __future__ import annotations
@@ -41,25 +41,32 @@ from .queues import NO_KEY, Queue
 from .tables import ScoringTables
 from .worlds import PossibleWorlds, same_events
 
-__all__ = ["BackwardGeneration", "Completed", "Found", "Imprecise"]
+__all__ = ["BackwardGeneration", "Completed", "Found", "Imprecise", "Pending"]
 
 #: Most (path, queue entry) pairs one extension lays out at once; more go in slices of paths.
 EXPAND_LIMIT = 1 << 20
 
 
 class Completed(NamedTuple):
-    """A path that reached V_1 and passed every check that can be made at once: a match
-    of probability ``score`` (but for the trailing run's), with the hash-key code ``key``
-    and the time ``t_last`` of its last event. ``clauses`` is None when the query has no
-    trailing negatives (the match is reported now); otherwise the match waits for their
-    window, and ``clauses`` holds (clause bit, bindings, observed variables) of every
-    clause that accepted it."""
+    """A path that reached V_1 and passed every check: a match of probability ``score``,
+    to report now (the query has no trailing negatives)."""
+
+    path: NFAPath
+    score: float
+
+
+class Pending(NamedTuple):
+    """A path that reached V_1 and passed every check but the trailing negatives': a
+    match of probability ``score`` but for the trailing run's, with the hash-key code
+    ``key`` and the time ``t_last`` of its last event, that waits for their window.
+    ``clauses`` holds (clause bit, bindings, observed variables) of every clause that
+    accepted it."""
 
     path: NFAPath
     score: float
     key: int
     t_last: int
-    clauses: list[tuple[int, dict, frozenset]] | None = None
+    clauses: list[tuple[int, dict, frozenset]]
 
 
 class Imprecise(NamedTuple):
@@ -71,7 +78,7 @@ class Imprecise(NamedTuple):
 
 
 #: What match generation finds.
-Found = Union[Completed, Imprecise]
+Found = Union[Completed, Pending, Imprecise]
 
 
 @dataclass
@@ -293,7 +300,7 @@ class BackwardGeneration:
             for n in range(len(paths)):
                 if identities is not None:
                     reported[identities[n]] = True
-                yield Completed(_path(paths, n), float(paths.score[n]), int(paths.key[n]), int(paths.t_last[n]))
+                yield Completed(_path(paths, n), float(paths.score[n]))
             return
         # the trailing negatives are searched once the window has passed, under every
         # clause that accepted the path
@@ -307,7 +314,7 @@ class BackwardGeneration:
             clauses = [accepted]
             if identities is not None:
                 reported[identities[n]] = clauses
-            yield Completed(_path(paths, n), float(paths.score[n]), int(paths.key[n]), int(paths.t_last[n]), clauses)
+            yield Pending(_path(paths, n), float(paths.score[n]), int(paths.key[n]), int(paths.t_last[n]), clauses)
 
     def _set_aside_imprecise(self, paths: _Paths) -> tuple[_Paths, list[Imprecise]]:
         """The paths reaching V_1 that imprecise timestamps touch go to the evaluation over

@@ -63,7 +63,7 @@ from ..query.errors import QueryError
 from ..query.sequence import SequenceQuery
 from ..state import unpickle
 from .densities import GapDensities
-from .generation import BackwardGeneration, Found, Imprecise
+from .generation import BackwardGeneration, Completed, Found, Pending
 from .held import (FIRST_INSTANT, GRID_LIMIT, PRECISE, WIDE, HeldEvents, first_instant, grid_times, per_instant,
                    read_support, why_late)
 from .matches import NFAPath, path_factors, run_factor, to_match, worlds_factor
@@ -583,12 +583,12 @@ class LossyOperator(Operator):
     def _settle(self, found: Found, out: BlockResult) -> None:
         """What match generation found: a match to report now, one to wait for the window
         of its trailing negatives, or one to evaluate over its worlds."""
-        if isinstance(found, Imprecise):
-            self.waiting.schedule(found.events, found.key, self.nfa.window, bool(self.nfa.trailing_negatives))
-        elif found.clauses is None:
+        if isinstance(found, Completed):
             self._report(found.path, found.score, out, path_factors(self.nfa, self.tables, found.path))
-        else:
+        elif isinstance(found, Pending):
             self.waiting.hold(found, path_factors(self.nfa, self.tables, found.path), self.nfa.window)
+        else:
+            self.waiting.schedule(found.events, found.key, self.nfa.window, bool(self.nfa.trailing_negatives))
 
     def _release(self, until: float, out: BlockResult) -> None:
         """Report the waiting matches whose window ended by ``until``: no trailing negative

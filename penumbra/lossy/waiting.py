@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..events import Event
-from .generation import Completed
+from .generation import Pending
 from .worlds import support
 
 __all__ = ["Waiting"]
@@ -45,7 +45,7 @@ class Waiting:
     def __len__(self) -> int:
         return len(self.pending) + len(self.worlds)
 
-    def hold(self, match: Completed, factors: list[dict[str, Any]], window: int) -> None:
+    def hold(self, match: Pending, factors: list[dict[str, Any]], window: int) -> None:
         """Wait for the window of a match's trailing negatives, t_first + W."""
         self.sequence += 1
         heapq.heappush(self.pending, (match.path[0][0] + window, self.sequence, match.key, match.t_last, match.score,
