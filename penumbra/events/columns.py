@@ -19,13 +19,18 @@ needed (:meth:`EventColumns.event`, for late and rejected events).
 
 from __future__ import annotations
 
+import json
 import pickle
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import orjson
+
+try:
+    import orjson
+except ImportError:  # the core runs without it: the fields are pickled instead
+    orjson = None
 
 from ..errors import ValidationError
 from ..timestamps import Histogram, HistogramBlock, Interval, not_continuous
@@ -324,10 +329,7 @@ class EventColumns:
         timestamps as arrays."""
         names, codes = self.coded
         fields = [names, self.ids.tolist(), self.templates.tolist(), self.problems, self.attrs.tolist()]
-        try:
-            text: bytes | list = orjson.dumps(fields)
-        except TypeError:     # orjson.JSONEncodeError: what JSON cannot carry exactly
-            text = fields
+        text = _as_text(fields)
         return pickle.dumps((text, codes, self.block.edges, self.block.probs), protocol=pickle.HIGHEST_PROTOCOL)
 
     def events_to_bytes(self) -> bytes:
@@ -355,16 +357,13 @@ class EventColumns:
         low[rows], high[rows] = lows, highs
         names, codes = self.coded
         fields = [names, self.ids.tolist(), self.templates.tolist(), self.attrs.tolist()]
-        try:
-            text: bytes | list = orjson.dumps(fields)
-        except TypeError:     # orjson.JSONEncodeError: what JSON cannot carry exactly
-            text = fields
+        text = _as_text(fields)
         return pickle.dumps((text, codes, low, high, others), protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EventColumns:
         text, codes, edges, probs = pickle.loads(data)
-        names, ids, templates, problems, attrs = orjson.loads(text) if isinstance(text, bytes) else text
+        names, ids, templates, problems, attrs = _from_text(text)
         columns = cls(_objects(names)[codes], _objects(ids), HistogramBlock(edges, probs), _objects(templates),
                       problems, _objects(attrs))
         columns.coded = (names, codes)
@@ -375,7 +374,7 @@ def events_from_bytes(data: bytes, streams: Streams | None) -> list[Event]:
     """The events of :meth:`EventColumns.events_to_bytes`, their templates resolved with
     ``streams`` (the ones they were parsed with) as the parser resolves a block's."""
     text, codes, low, high, others = pickle.loads(data)
-    names, ids, templates, attrs = orjson.loads(text) if isinstance(text, bytes) else text
+    names, ids, templates, attrs = _from_text(text)
     stream_of = [names[code] for code in codes.tolist()]
     lows, highs = low.tolist(), high.tolist()
     events: list = [None] * len(ids)
@@ -393,3 +392,20 @@ def events_from_bytes(data: bytes, streams: Streams | None) -> list[Event]:
                         lows[i])
     block.resolve()
     return events
+
+
+def _as_text(fields: list) -> bytes | list:
+    """``fields`` as orjson writes them, or as they are (pickled with the rest) where it
+    cannot carry them exactly (an integer beyond 64 bits, a lone surrogate) or is not installed."""
+    if orjson is None:
+        return fields
+    try:
+        return orjson.dumps(fields)
+    except TypeError:     # orjson.JSONEncodeError: what JSON cannot carry exactly
+        return fields
+
+
+def _from_text(text: bytes | list) -> list:
+    if not isinstance(text, bytes):
+        return text
+    return orjson.loads(text) if orjson is not None else json.loads(text)

@@ -216,3 +216,16 @@ def test_the_walk_sees_a_loop_through_a_function_and_a_package(tmp_path, monkeyp
     (named / "m.py").write_text("from . import n\n")
     (named / "n.py").write_text("")
     assert cycles(import_graph(sorted(named.glob("*.py")))) == [["named", "named.m"]]
+
+
+def test_the_core_runs_without_orjson():
+    """orjson comes with the service and the job; the core only prefers it (a block's
+    columns then travel pickled)."""
+    code = ("import sys; sys.modules['orjson'] = None\n"
+            "from penumbra.events import EventColumns, events_from_bytes, parse_event\n"
+            "event = parse_event({'stream': 'S', 'id': 'e1', 'ts': {'lo': 1, 'hi': 3}, 'attrs': {'k': 2**70}})\n"
+            "again = events_from_bytes(EventColumns.from_events([event]).events_to_bytes(), None)\n"
+            "print(again == [event], 'orjson' in sys.modules and sys.modules['orjson'] is not None)")
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == ["True", "False"]
