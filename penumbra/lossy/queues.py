@@ -128,7 +128,9 @@ class Queue:
         """Move the entries from ``drop`` on to columns of ``capacity``."""
         for name in self._columns():
             column = getattr(self, name)
-            resized = np.empty(capacity, column.dtype)
+            # the spare capacity zeroed: it is saved with the state, which then depends on
+            # the entries alone (np.empty's leftover memory made its size vary run to run)
+            resized = np.zeros(capacity, column.dtype)
             resized[:self.size - drop] = column[drop:self.size]
             setattr(self, name, resized)
         self.size -= drop
