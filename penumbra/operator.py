@@ -31,11 +31,11 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from .state import Migration, dump, load
 from .errors import ValidationError
 from .events import Event
 from .events.columns import EventColumns
 from .keygroups import KeyGroup
+from .state import Migration, dump, load
 
 __all__ = ["BlockResult", "Clock", "Late", "Match", "Operator", "check_threshold", "is_due", "merge_clocks"]
 

@@ -26,7 +26,7 @@ in bins of :data:`NEAR_MISS_BIN` and sampled with their probabilities. From thes
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -55,15 +55,16 @@ def candidates_floor(operator: Operator | None, archive_floor: float = 0.0, thre
     return float(operator.threshold or 0.0)
 
 
-def window_floor(observations: Sequence[dict[str, Any]], operator: Operator | None,
+def window_floor(observations: Sequence[dict[str, Any]], operator: Callable[[], Operator | None],
                  threshold: float | None = None) -> float:
     """The floor of a window of blocks, newest first: the one its newest block reported
-    (``floor``), else :func:`candidates_floor`."""
+    (``floor``), else :func:`candidates_floor` of the query's ``operator()``, built only
+    then."""
     for observed in observations:
         floor = observed.get("floor")
         if isinstance(floor, (int, float)) and not isinstance(floor, bool):
             return float(floor)
-    return candidates_floor(operator, threshold=threshold)
+    return candidates_floor(operator(), threshold=threshold)
 
 
 def backtest_grid(operator: Operator | None, steps: int, *, archive_floor: float = 0.0,

@@ -154,7 +154,7 @@ def what_if(who: ViewerDep, query_id: str, entry: QueryDep, service: ServiceDep,
     observations = [o["observations"] for o in read]
     times = [o["at"] for o in read]
     threshold = entry.get("threshold")
-    floor = window_floor(observations, entry_operator(entry), threshold)
+    floor = window_floor(observations, lambda: entry_operator(entry), threshold)
     batch_ids = [o["batch"] for o in read if o["batch"] is not None]
     match_probs = _window_matches(service, query_id, min(batch_ids)) if batch_ids else []
     counted = candidates_at(match_probs, observations, floor, steps)

@@ -11,7 +11,8 @@ import pytest
 
 from penumbra.engine import compile_query
 from penumbra.events import parse_streams
-from penumbra.tuning import NEAR_MISS_BIN, NearMisses, candidates_floor, snap_to_bins, threshold_grid, what_if
+from penumbra.tuning import (NEAR_MISS_BIN, NearMisses, candidates_floor, snap_to_bins, threshold_grid, what_if,
+                             window_floor)
 
 STREAMS = parse_streams({"S": {"pi": 4, "max_delay": 5}, "T": {"pi": 4, "max_delay": 5}})
 
@@ -98,3 +99,15 @@ def test_the_floor_is_the_lowest_threshold_a_querys_candidates_answer_for():
     lossy.set_threshold(0.25)
     assert candidates_floor(lossy) == 0.25
     assert candidates_floor(None) == 0.0
+
+
+def test_a_windows_floor_is_the_one_its_newest_block_reported_else_the_querys():
+    built = []
+
+    def operator():
+        built.append(1)
+        return compile_query("SELECT * FROM S A, T B WHERE WINDOW(A, B) = 3 WITH THRESHOLD 0.6", STREAMS)
+
+    assert window_floor([{"counters": {}}, {"floor": 0.2}, {"floor": 0.1}], operator) == 0.2 and not built
+    assert window_floor([{"floor": True}], operator) == 0.05 and built == [1]
+    assert window_floor([], lambda: None, threshold=0.4) == 0.4
